@@ -1,0 +1,49 @@
+"""OpenTelemetry for the rollouts of LLM RL trainers: a trace per trajectory, an exact
+time breakdown (llm / env / env_setup / env_teardown / other), histograms, and the
+per-batch dict trainers log."""
+
+from otel_rollout._attributes import ALL_BANDS, BANDS
+from otel_rollout._breakdown import (
+    Breakdown,
+    PhaseInterval,
+    SpanRecord,
+    compute_breakdown,
+    outermost_phases,
+)
+from otel_rollout._context import bind_context, run_in_executor
+from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._summary import BreakdownCollector, group_by, summarize
+from otel_rollout._tracer import (
+    Generation,
+    Phase,
+    RolloutTracer,
+    Trajectory,
+    current_trajectory,
+    phase,
+    trajectory,
+)
+from otel_rollout._version import __version__
+
+__all__ = [
+    "ALL_BANDS",
+    "BANDS",
+    "Breakdown",
+    "BreakdownCollector",
+    "BreakdownProcessor",
+    "Generation",
+    "Phase",
+    "PhaseInterval",
+    "RolloutTracer",
+    "SpanRecord",
+    "Trajectory",
+    "__version__",
+    "bind_context",
+    "compute_breakdown",
+    "current_trajectory",
+    "group_by",
+    "outermost_phases",
+    "phase",
+    "run_in_executor",
+    "summarize",
+    "trajectory",
+]

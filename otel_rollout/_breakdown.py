@@ -1,0 +1,244 @@
+"""The breakdown of one trajectory: the one pure function the processor and the report share.
+
+Rules (DESIGN.md, "Accounting"):
+
+* ``e2e`` is the root span's interval ``[s, e]``.
+* Each band is the union of its phase spans' intervals clipped to ``[s, e]``, so
+  overlapping calls of one band are not counted twice.
+* Outermost phase wins: a phase span nested in another phase span is accounted to the
+  outer one (resolved by :func:`outermost_phases` for span trees, or on span start by
+  the processor).
+* Where bands overlap in time, the time goes to the band listed first in
+  :data:`~otel_rollout._attributes.BANDS` (``llm``, ``env``, ``env_setup``,
+  ``env_teardown``), so bands are disjoint.
+* ``other = e2e - sum(bands)``: never negative, and the five bands sum to ``e2e`` exactly
+  in integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from otel_rollout import _attributes as A
+
+_NS = 1e-9
+_BAND_INDEX = {band: i for i, band in enumerate(A.BANDS)}
+
+
+class PhaseInterval(NamedTuple):
+    """One outermost phase span: its phase name and its interval in nanoseconds."""
+
+    phase: str
+    start_ns: int
+    end_ns: int
+
+
+class SpanRecord(NamedTuple):
+    """The little of a span the breakdown needs, from a live span or a trace file."""
+
+    span_id: int
+    parent_id: int | None
+    start_ns: int
+    end_ns: int | None
+    phase: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where one trajectory's time went. Bands (seconds) are disjoint and sum to ``e2e``."""
+
+    trajectory_id: str
+    trace_id: str
+    e2e: float
+    llm: float
+    env: float
+    env_setup: float
+    env_teardown: float
+    other: float
+    #: Plain sums of the phase spans of each band (what a hand-rolled timer reports);
+    #: ``sum - band`` is the concurrency within the trajectory.
+    llm_sum: float
+    env_sum: float
+    env_setup_sum: float
+    env_teardown_sum: float
+    turns: int
+    env_steps: int
+    status: str = A.STATUS_OK
+    env_class: str | None = None
+    model: str | None = None
+    start_time_ns: int = 0
+    end_time_ns: int = 0
+    #: The bands in integer nanoseconds, keys of :data:`ALL_BANDS` plus ``"e2e"``.
+    nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
+    #: Low-cardinality attributes of the root (env class, model, status, ...).
+    attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+    def band(self, name: str) -> float:
+        """The seconds of band ``name`` (one of ``llm, env, env_setup, env_teardown, other``)."""
+        if name not in _ALL_BANDS_SET:
+            raise ValueError(f"unknown band {name!r}; expected one of {', '.join(A.ALL_BANDS)}")
+        return getattr(self, name)
+
+    def as_attributes(self) -> dict[str, Any]:
+        """The breakdown as root-span attributes (``rollout.breakdown.*``)."""
+        out: dict[str, Any] = {A.BREAKDOWN_E2E: self.e2e}
+        for band in A.ALL_BANDS:
+            out[A.BREAKDOWN_PREFIX + band] = getattr(self, band)
+        for band in A.BANDS:
+            out[A.BREAKDOWN_PREFIX + band + "_sum"] = getattr(self, band + "_sum")
+        out[A.TURNS] = self.turns
+        out[A.ENV_STEPS] = self.env_steps
+        return out
+
+
+_ALL_BANDS_SET = frozenset(A.ALL_BANDS)
+
+
+def _union_length(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of half-open intervals (sorted in place)."""
+    intervals.sort()
+    total = 0
+    cur_s, cur_e = None, None
+    for s, e in intervals:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def compute_breakdown(
+    start_ns: int,
+    end_ns: int,
+    phases: Iterable[PhaseInterval | tuple[str, int, int]],
+    *,
+    trajectory_id: str = "",
+    trace_id: str = "",
+    status: str = A.STATUS_OK,
+    env_class: str | None = None,
+    model: str | None = None,
+    bands: Mapping[str, str] | None = None,
+    attributes: Mapping[str, Any] | None = None,
+) -> Breakdown:
+    """Compute the breakdown of a trajectory from its root interval and outermost phases.
+
+    ``phases`` are the outermost phase spans (see :func:`outermost_phases`). A phase that
+    is not a band name falls into ``other`` unless ``bands`` maps it to one (for example
+    ``{"reward": "env"}``). ``turns`` counts ``llm`` phases, ``env_steps`` ``env`` phases.
+    """
+    if end_ns < start_ns:
+        end_ns = start_ns
+    e2e = end_ns - start_ns
+    clipped: list[list[tuple[int, int]]] = [[], [], [], []]
+    sums = [0, 0, 0, 0]
+    turns = env_steps = 0
+    for phase, s, e in phases:
+        if phase == A.PHASE_LLM:
+            turns += 1
+        elif phase == A.PHASE_ENV:
+            env_steps += 1
+        band = bands.get(phase, phase) if bands else phase
+        idx = _BAND_INDEX.get(band)
+        if idx is None:
+            continue
+        if e < s:
+            e = s
+        sums[idx] += e - s
+        s = max(s, start_ns)
+        e = min(e, end_ns)
+        if e > s:
+            clipped[idx].append((s, e))
+    nanos: dict[str, int] = {}
+    covered: list[tuple[int, int]] = []
+    covered_len = 0
+    for idx, band in enumerate(A.BANDS):
+        if clipped[idx]:
+            covered.extend(clipped[idx])
+            new_len = _union_length(covered)
+            nanos[band] = new_len - covered_len
+            covered_len = new_len
+        else:
+            nanos[band] = 0
+    nanos[A.BAND_OTHER] = e2e - covered_len
+    nanos["e2e"] = e2e
+    return Breakdown(
+        trajectory_id=trajectory_id,
+        trace_id=trace_id,
+        e2e=e2e * _NS,
+        llm=nanos[A.PHASE_LLM] * _NS,
+        env=nanos[A.PHASE_ENV] * _NS,
+        env_setup=nanos[A.PHASE_ENV_SETUP] * _NS,
+        env_teardown=nanos[A.PHASE_ENV_TEARDOWN] * _NS,
+        other=nanos[A.BAND_OTHER] * _NS,
+        llm_sum=sums[0] * _NS,
+        env_sum=sums[1] * _NS,
+        env_setup_sum=sums[2] * _NS,
+        env_teardown_sum=sums[3] * _NS,
+        turns=turns,
+        env_steps=env_steps,
+        status=status,
+        env_class=env_class,
+        model=model,
+        start_time_ns=start_ns,
+        end_time_ns=end_ns,
+        nanos=MappingProxyType(nanos),
+        attributes=MappingProxyType(dict(attributes or {})),
+    )
+
+
+def outermost_phases(
+    root_span_id: int, spans: Sequence[SpanRecord], *, end_open_at: int | None = None
+) -> list[PhaseInterval]:
+    """The outermost phase spans below a root, from a span tree (a trace file, a backend).
+
+    A phase span is dropped when any ancestor between it and the root is a phase span
+    (outermost phase wins). Spans whose parent chain does not reach the root are not part
+    of the trajectory and are ignored. A span that never ended is clipped at
+    ``end_open_at`` (the root's end) when given, else ignored.
+    """
+    by_id = {s.span_id: s for s in spans}
+    # memo: span id -> (reaches root, has a phase ancestor strictly below the root)
+    memo: dict[int, tuple[bool, bool]] = {root_span_id: (True, False)}
+
+    def resolve(span_id: int) -> tuple[bool, bool]:
+        chain = []
+        cur: int | None = span_id
+        result = (False, False)
+        while cur is not None:
+            if cur in memo:
+                result = memo[cur]
+                break
+            rec = by_id.get(cur)
+            if rec is None:
+                result = (False, False)
+                break
+            chain.append(rec)
+            cur = rec.parent_id
+            if len(chain) > len(by_id):  # a cycle in malformed input
+                result = (False, False)
+                break
+        reaches, under_phase = result
+        for rec in reversed(chain):
+            under_phase = under_phase or rec.phase is not None
+            memo[rec.span_id] = (reaches, under_phase)
+        return memo.get(span_id, result)
+
+    out: list[PhaseInterval] = []
+    for rec in spans:
+        if rec.phase is None or rec.span_id == root_span_id or rec.parent_id is None:
+            continue
+        reaches, nested = resolve(rec.parent_id)
+        if not reaches or nested:
+            continue
+        end = rec.end_ns if rec.end_ns is not None else end_open_at
+        if end is None:
+            continue
+        out.append(PhaseInterval(rec.phase, rec.start_ns, end))
+    return out

@@ -1,0 +1,335 @@
+"""The span processor that turns each trajectory's spans into a :class:`Breakdown`."""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import NonRecordingSpan, StatusCode
+
+from otel_rollout import _attributes as A
+from otel_rollout._breakdown import Breakdown, compute_breakdown
+from otel_rollout._errors import internal_error, warn_once
+from otel_rollout._version import __version__
+
+BreakdownSink = Callable[[Breakdown], Any]
+
+#: root span id -> the processor tracking it, so the trajectory context manager can ask
+#: for the breakdown *before* ending the root (attributes freeze at ``end()``).
+_ROOT_OWNERS: dict[int, BreakdownProcessor] = {}
+
+
+class _Trajectory:
+    __slots__ = ("attrs", "breakdown", "open", "phases", "root_id", "start_ns", "trace_id")
+
+    def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
+        self.root_id = root_id
+        self.trace_id = trace_id
+        self.start_ns = start_ns
+        self.attrs = attrs
+        self.phases: list[tuple[str, int, int]] = []
+        self.open: set[int] | None = None
+        self.breakdown: Breakdown | None = None
+
+
+def _status_of(attrs: Mapping[str, Any], status_code: StatusCode | None) -> str:
+    status = attrs.get(A.STATUS)
+    if isinstance(status, str) and status:
+        return status
+    return A.STATUS_ERROR if status_code is StatusCode.ERROR else A.STATUS_OK
+
+
+class BreakdownProcessor(SpanProcessor):
+    """Derives an exact per-trajectory time breakdown from the spans as they end.
+
+    Install it on the ``TracerProvider`` (before the export processor). It sees every
+    recorded span, sampled or RECORD_ONLY, and when a trajectory's root ends it writes the
+    breakdown onto the root (when the root is ended through :class:`RolloutTracer`),
+    records the histograms, and calls ``on_breakdown``.
+
+    State is bounded: at most ``max_in_flight`` trajectories are tracked, and those older
+    than ``max_age_s`` are evicted; evictions are counted in ``rollout.processor.evicted``.
+    Hooks never raise into the caller.
+    """
+
+    def __init__(
+        self,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        on_breakdown: BreakdownSink | Iterable[BreakdownSink] | None = None,
+        bands: Mapping[str, str] | None = None,
+        max_in_flight: int = 100_000,
+        max_age_s: float = 24 * 3600.0,
+        record_metrics: bool = True,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight!r}")
+        if max_age_s <= 0:
+            raise ValueError(f"max_age_s must be positive seconds, got {max_age_s!r}")
+        if bands:
+            for phase, band in bands.items():
+                if band not in A.ALL_BANDS:
+                    raise ValueError(
+                        f"bands[{phase!r}] = {band!r}: expected one of {', '.join(A.ALL_BANDS)}"
+                    )
+        if on_breakdown is None:
+            self._sinks: list[BreakdownSink] = []
+        elif callable(on_breakdown):
+            self._sinks = [on_breakdown]
+        else:
+            self._sinks = list(on_breakdown)
+        self._bands = dict(bands) if bands else None
+        self._max_in_flight = max_in_flight
+        self._max_age_ns = int(max_age_s * 1e9)
+        self._lock = threading.Lock()
+        self._trajs: dict[int, _Trajectory] = {}
+        # open span id -> (trajectory, outermost phase so far, start if a top-level phase)
+        self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
+        self._attr_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self.evicted = 0
+        self._metrics = record_metrics
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
+            "otel_rollout", __version__
+        )
+        self._duration = meter.create_histogram(
+            A.METRIC_DURATION,
+            unit="s",
+            description="End-to-end time of a trajectory.",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+        )
+        self._phase_duration = meter.create_histogram(
+            A.METRIC_PHASE_DURATION,
+            unit="s",
+            description="Time of a trajectory in each band (disjoint; the bands sum to e2e).",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+        )
+        self._turns = meter.create_histogram(
+            A.METRIC_TURNS,
+            unit="{turn}",
+            description="Generate calls per trajectory.",
+            explicit_bucket_boundaries_advisory=list(A.TURN_BUCKETS),
+        )
+        self._evicted_counter = meter.create_counter(
+            A.METRIC_EVICTED,
+            unit="{trajectory}",
+            description="Trajectories dropped from the processor's state before their root ended.",
+        )
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (p := ref()) and p._reset())
+
+    # --- public ---------------------------------------------------------------------------
+    def add_sink(self, sink: BreakdownSink) -> None:
+        """Also call ``sink(breakdown)`` for every finished trajectory."""
+        self._sinks.append(sink)
+
+    @property
+    def in_flight(self) -> int:
+        """Trajectories whose root has started and not yet ended."""
+        return len(self._trajs)
+
+    # --- SpanProcessor ----------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            attrs = span.attributes
+            sid = span.context.span_id
+            if attrs and A.TRAJECTORY_ID in attrs:
+                start = span.start_time or 0
+                traj = _Trajectory(sid, span.context.trace_id, start, attrs)
+                with self._lock:
+                    if self._trajs:
+                        self._evict_locked(start)
+                    self._trajs[sid] = traj
+                    self._open[sid] = (traj, None, None)
+                    _ROOT_OWNERS[sid] = self
+                return
+            parent = span.parent
+            if parent is None:
+                return
+            entry = self._open.get(parent.span_id)
+            if entry is None:
+                return
+            traj, outer, _ = entry
+            if outer is None:
+                phase = attrs.get(A.PHASE) if attrs else None
+                new = (traj, None, None) if phase is None else (traj, phase, span.start_time)
+            else:
+                new = (traj, outer, None)
+            with self._lock:
+                if traj.root_id not in self._trajs:
+                    return
+                self._open[sid] = new
+                if traj.open is None:
+                    traj.open = {sid}
+                else:
+                    traj.open.add(sid)
+        except Exception as exc:
+            internal_error("BreakdownProcessor.on_start", exc)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            sid = span.context.span_id
+            with self._lock:
+                entry = self._open.pop(sid, None)
+                if entry is None:
+                    return
+                traj, phase, top_start = entry
+                if traj.root_id != sid:
+                    if traj.open is not None:
+                        traj.open.discard(sid)
+                    if top_start is not None:
+                        traj.phases.append((phase, top_start, span.end_time))
+                    return
+                end = span.end_time or traj.start_ns
+                bd = traj.breakdown
+                phases = (
+                    None
+                    if bd is not None and bd.end_time_ns == end
+                    else self._snapshot_locked(traj, end)
+                )
+                self._remove_locked(traj)
+            if phases is not None:
+                bd = self._compute(
+                    traj, end, phases, span.attributes or {}, span.status.status_code
+                )
+            self._emit(bd, span)
+        except Exception as exc:
+            internal_error("BreakdownProcessor.on_end", exc)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for sid in self._trajs:
+                _ROOT_OWNERS.pop(sid, None)
+            self._trajs.clear()
+            self._open.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    # --- used by the trajectory context manager -------------------------------------------------
+    def _prepare_end(
+        self, root_id: int, end_ns: int, attrs: Mapping[str, Any], status: StatusCode | None
+    ) -> Breakdown | None:
+        """Compute the breakdown of a root about to end, so it can go onto the root span."""
+        try:
+            traj = self._trajs.get(root_id)
+            if traj is None:
+                return None
+            with self._lock:
+                phases = self._snapshot_locked(traj, end_ns)
+            bd = self._compute(traj, end_ns, phases, attrs, status)
+            traj.breakdown = bd
+            return bd
+        except Exception as exc:
+            internal_error("BreakdownProcessor.prepare_end", exc)
+            return None
+
+    # --- internals ---------------------------------------------------------------------------
+    def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
+        """The trajectory's outermost phases; those still open are clipped at ``end_ns``."""
+        phases = list(traj.phases)
+        if traj.open:
+            for sid in traj.open:
+                entry = self._open.get(sid)
+                if entry is not None and entry[2] is not None:
+                    phases.append((entry[1], entry[2], end_ns))
+        return phases
+
+    def _compute(
+        self,
+        traj: _Trajectory,
+        end_ns: int,
+        phases: list[tuple[str, int, int]],
+        attrs: Mapping[str, Any],
+        status_code: StatusCode | None,
+    ) -> Breakdown:
+        merged = dict(traj.attrs)
+        merged.update(attrs)
+        env_class = merged.get(A.ENV_CLASS)
+        model = merged.get(A.GEN_AI_REQUEST_MODEL)
+        status = _status_of(merged, status_code)
+        low_card = {A.STATUS: status}
+        if env_class is not None:
+            low_card[A.ENV_CLASS] = env_class
+        if model is not None:
+            low_card[A.GEN_AI_REQUEST_MODEL] = model
+        return compute_breakdown(
+            traj.start_ns,
+            end_ns,
+            phases,
+            trajectory_id=str(merged.get(A.TRAJECTORY_ID, "")),
+            trace_id=format(traj.trace_id, "032x"),
+            status=status,
+            env_class=env_class,
+            model=model,
+            bands=self._bands,
+            attributes=low_card,
+        )
+
+    def _emit(self, bd: Breakdown, span: ReadableSpan) -> None:
+        if self._metrics:
+            key = (bd.env_class, bd.model, bd.status)
+            cached = self._attr_cache.get(key)
+            if cached is None:
+                base = dict(bd.attributes)
+                per_band = [{**base, A.PHASE: band} for band in A.ALL_BANDS]
+                cached = (base, per_band)
+                if len(self._attr_cache) < 4096:
+                    self._attr_cache[key] = cached
+            base, per_band = cached
+            ctx = None
+            if span.context.trace_flags.sampled:
+                ctx = trace.set_span_in_context(NonRecordingSpan(span.context))
+            self._duration.record(bd.e2e, base, context=ctx)
+            for band, band_attrs in zip(A.ALL_BANDS, per_band, strict=True):
+                self._phase_duration.record(getattr(bd, band), band_attrs, context=ctx)
+            self._turns.record(bd.turns, base, context=ctx)
+        for sink in self._sinks:
+            try:
+                sink(bd)
+            except Exception as exc:
+                internal_error(f"on_breakdown sink {sink!r}", exc)
+
+    def _remove_locked(self, traj: _Trajectory) -> None:
+        self._trajs.pop(traj.root_id, None)
+        self._open.pop(traj.root_id, None)
+        _ROOT_OWNERS.pop(traj.root_id, None)
+        if traj.open:
+            for sid in traj.open:
+                self._open.pop(sid, None)
+            traj.open = None
+
+    def _evict_locked(self, now_ns: int) -> None:
+        while self._trajs:
+            oldest = next(iter(self._trajs.values()))
+            if len(self._trajs) >= self._max_in_flight:
+                reason = "max_in_flight"
+            elif now_ns - oldest.start_ns > self._max_age_ns:
+                reason = "max_age"
+            else:
+                return
+            self._remove_locked(oldest)
+            self.evicted += 1
+            self._evicted_counter.add(1, {A.EVICTION_REASON: reason})
+            warn_once(
+                f"evict:{reason}",
+                "otel-rollout: evicting in-flight trajectories (%s); their roots never ended "
+                "in time. Counted in the %s metric.",
+                reason,
+                A.METRIC_EVICTED,
+            )
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._trajs = {}
+        self._open = {}
+
+
+def owner_of(root_span_id: int) -> BreakdownProcessor | None:
+    """The processor tracking the trajectory whose root span id is given, if any."""
+    return _ROOT_OWNERS.get(root_span_id)

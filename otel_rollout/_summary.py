@@ -1,0 +1,106 @@
+"""Batch statistics with SkyRL's keys, always recomputed from per-trajectory values."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from otel_rollout import _attributes as A
+from otel_rollout._breakdown import Breakdown
+
+#: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``.
+_KEY_NAMES = (
+    ("completion", "e2e"),
+    ("llm", A.PHASE_LLM),
+    ("env", A.PHASE_ENV),
+    ("env_setup", A.PHASE_ENV_SETUP),
+    ("env_teardown", A.PHASE_ENV_TEARDOWN),
+    ("other", A.BAND_OTHER),
+)
+
+
+def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> dict[str, float]:
+    """The per-batch dict trainers log (W&B), with SkyRL's key names.
+
+    ``{prefix}trajectory_time_{completion,llm,env,env_setup,env_teardown,other}_{mean,p90,max}``
+    (p90 is ``numpy.percentile(x, 90)``) and ``{prefix}frac_time_in_env``, the time-weighted
+    ``sum(env) / (sum(llm) + sum(env))``. Statistics are computed from the trajectories
+    themselves, so the summary of two batches together is ``summarize(a + b)``, never a
+    merge of two summaries. No breakdowns give an empty dict.
+    """
+    items = breakdowns if isinstance(breakdowns, Sequence) else list(breakdowns)
+    if not items:
+        return {}
+    out: dict[str, float] = {}
+    sums: dict[str, float] = {}
+    for key, attr in _KEY_NAMES:
+        values = np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
+        out[f"{prefix}trajectory_time_{key}_mean"] = float(np.mean(values))
+        out[f"{prefix}trajectory_time_{key}_p90"] = float(np.percentile(values, 90))
+        out[f"{prefix}trajectory_time_{key}_max"] = float(np.max(values))
+        sums[attr] = float(np.sum(values))
+    denom = sums[A.PHASE_LLM] + sums[A.PHASE_ENV]
+    out[f"{prefix}frac_time_in_env"] = sums[A.PHASE_ENV] / denom if denom > 0 else 0.0
+    return out
+
+
+def group_by(
+    breakdowns: Iterable[Breakdown], key: str | Callable[[Breakdown], Any] = "env_class"
+) -> dict[Any, list[Breakdown]]:
+    """Breakdowns grouped by an attribute name of :class:`Breakdown` or a function."""
+    fn = key if callable(key) else (lambda b: getattr(b, key))
+    groups: dict[Any, list[Breakdown]] = {}
+    for b in breakdowns:
+        groups.setdefault(fn(b), []).append(b)
+    return groups
+
+
+class BreakdownCollector:
+    """A thread-safe sink for :class:`BreakdownProcessor`: keeps breakdowns until drained.
+
+    Pass it as ``on_breakdown``; each training step, ``summarize(collector.drain())``. At
+    most ``maxlen`` breakdowns are kept; older ones are dropped and counted in ``dropped``.
+    """
+
+    def __init__(self, maxlen: int | None = 1_000_000) -> None:
+        if maxlen is not None and maxlen < 1:
+            raise ValueError(f"maxlen must be at least 1 or None, got {maxlen!r}")
+        self._items: deque[Breakdown] = deque()
+        self._maxlen = maxlen
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def __call__(self, breakdown: Breakdown) -> None:
+        with self._lock:
+            if self._maxlen is not None and len(self._items) >= self._maxlen:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append(breakdown)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def extend(self, breakdowns: Iterable[Breakdown]) -> None:
+        """Add breakdowns gathered elsewhere (other workers) to this collector."""
+        for b in breakdowns:
+            self(b)
+
+    def drain(self) -> list[Breakdown]:
+        """Every breakdown collected since the last drain, oldest first; empties the sink."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def peek(self) -> list[Breakdown]:
+        """The breakdowns collected so far, without removing them."""
+        with self._lock:
+            return list(self._items)
+
+    def summarize(self, *, prefix: str = "generate/") -> dict[str, float]:
+        """``summarize(self.drain())``: the batch dict for a trainer's step."""
+        return summarize(self.drain(), prefix=prefix)
