@@ -10,7 +10,7 @@ import random
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from time import time_ns
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -266,7 +266,7 @@ class Trajectory:
 class _TrajectoryScope:
     """Context manager (sync and async) for one trajectory's root span."""
 
-    __slots__ = ("_attrs", "_ctx_token", "_traj", "_tracer", "_var_token")
+    __slots__ = ("_attrs", "_ctx_token", "_tracer", "_traj", "_var_token")
 
     def __init__(self, tracer: trace.Tracer, attrs: dict[str, Any]) -> None:
         self._tracer = tracer
@@ -408,7 +408,7 @@ def trajectory(
     )
 
 
-class phase:  # noqa: N801 - used as a decorator, reads like a function
+class phase:
     """A phase of the current trajectory, as a decorator or a context manager.
 
     ``@otel_rollout.phase("llm")`` on a function or coroutine function opens a phase span
@@ -416,7 +416,7 @@ class phase:  # noqa: N801 - used as a decorator, reads like a function
     (``llm``, ``env``, ``env_setup``, ``env_teardown``) use the standard span names.
     """
 
-    _SPANS = {
+    _SPANS: ClassVar[dict[str, str]] = {
         A.PHASE_LLM: A.SPAN_GENERATE,
         A.PHASE_ENV: A.SPAN_ENV_STEP,
         A.PHASE_ENV_SETUP: A.SPAN_ENV_SETUP,

@@ -1,0 +1,165 @@
+"""The tracing API: span tree, attributes, real timings, decorator, context propagation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import otel_rollout
+from otel_rollout import current_trajectory, phase, run_in_executor
+
+
+def test_span_tree_parents_every_phase_to_the_root(rollout_env):
+    with rollout_env.tracer.trajectory("t1", env="gsm8k", model="m", repetition_id=2) as t:
+        with t.env_setup():
+            pass
+        for _ in range(3):
+            with t.generate(max_tokens=64) as g:
+                g.record(input_tokens=10, output_tokens=5, finish_reason="stop")
+            with t.env_step():
+                pass
+        with t.env_teardown():
+            pass
+    (root,) = rollout_env.roots()
+    kids = rollout_env.children(root)
+    assert [s.name for s in kids] == ["env_setup"] + ["generate", "env_step"] * 3 + ["env_teardown"]
+    assert {s.context.trace_id for s in kids} == {root.context.trace_id}
+    gen = rollout_env.spans("generate")[1]
+    assert gen.attributes["gen_ai.request.model"] == "m"
+    assert gen.attributes["gen_ai.request.max_tokens"] == 64
+    assert gen.attributes["gen_ai.usage.input_tokens"] == 10
+    assert gen.attributes["gen_ai.usage.output_tokens"] == 5
+    assert tuple(gen.attributes["gen_ai.response.finish_reasons"]) == ("stop",)
+    assert gen.attributes["rollout.turn"] == 1
+    assert "gen_ai.input.messages" not in gen.attributes
+    assert root.attributes["rollout.trajectory.repetition_id"] == 2
+    # the breakdown is on the root as exported
+    assert root.attributes["rollout.trajectory.turns"] == 3
+    b = t.breakdown
+    assert root.attributes["rollout.breakdown.llm"] == b.llm
+    assert root.attributes["rollout.breakdown.e2e"] == b.e2e
+    assert b.trace_id == t.trace_id == format(root.context.trace_id, "032x")
+
+
+def test_content_capture_is_opt_in_and_truncated(rollout_env, monkeypatch):
+    with rollout_env.tracer.trajectory() as t, t.generate() as g:
+        assert g.record_content(prompt="secret") is False
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("OTEL_ROLLOUT_CAPTURE_MAX_CHARS", "4")
+    with rollout_env.tracer.trajectory() as t, t.generate() as g:
+        assert g.record_content(prompt="abcdefgh", completion="xyz") is True
+    gen = rollout_env.spans("generate")[-1]
+    assert gen.attributes["gen_ai.input.messages"] == "abcd"
+    assert gen.attributes["gen_ai.output.messages"] == "xyz"
+
+
+def test_real_timings_match_known_sleeps_including_an_executor_thread(rollout_env):
+    pool = ThreadPoolExecutor(2)
+
+    def env_step_blocking(traj):
+        with traj.env_step():
+            time.sleep(0.05)
+
+    async def main():
+        async with rollout_env.tracer.trajectory("timed") as traj:
+            async with traj.env_setup():
+                await asyncio.sleep(0.03)
+            for _ in range(2):
+                async with traj.generate():
+                    await asyncio.sleep(0.04)
+                # a plain run_in_executor loses the context; the handle still parents
+                await asyncio.get_running_loop().run_in_executor(pool, env_step_blocking, traj)
+            async with traj.env_teardown():
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    pool.shutdown()
+    (b,) = rollout_env.breakdowns
+    tol = 0.006
+    assert b.env_setup == pytest.approx(0.03, abs=tol)
+    assert b.llm == pytest.approx(0.08, abs=2 * tol)
+    assert b.env == pytest.approx(0.10, abs=2 * tol)
+    assert b.env_teardown == pytest.approx(0.02, abs=tol)
+    assert b.other == pytest.approx(0.01, abs=3 * tol)
+    assert (b.turns, b.env_steps) == (2, 2)
+    (root,) = rollout_env.roots()
+    steps = rollout_env.spans("env_step")
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+
+
+def test_run_in_executor_helper_carries_the_trajectory_context(rollout_env):
+    pool = ThreadPoolExecutor(1)
+    seen = []
+
+    @phase("env")
+    def step():
+        seen.append(current_trajectory())
+
+    async def main():
+        async with rollout_env.tracer.trajectory("x") as traj:
+            await run_in_executor(pool, step)
+            return traj
+
+    traj = asyncio.run(main())
+    pool.shutdown()
+    assert seen == [traj]
+    assert rollout_env.breakdowns[0].env_steps == 1
+
+
+def test_phase_decorator_wraps_functions_and_coroutines(rollout_env):
+    @phase("llm")
+    async def gen():
+        return "out"
+
+    @phase("reward", kind="exact_match")
+    def reward():
+        return 1.0
+
+    async def main():
+        assert await gen() == "out"  # outside a trajectory: no span, still works
+        async with rollout_env.tracer.trajectory("d") as traj:
+            assert current_trajectory() is traj
+            assert await gen() == "out"
+            assert reward() == 1.0
+        assert current_trajectory() is None
+
+    asyncio.run(main())
+    names = [s.name for s in rollout_env.spans()]
+    assert names == ["generate", "reward", "trajectory"]
+    assert rollout_env.spans("reward")[0].attributes["kind"] == "exact_match"
+    assert rollout_env.breakdowns[0].turns == 1
+
+
+def test_phase_context_manager_outside_a_trajectory_is_a_no_op(rollout_env):
+    with phase("env") as p:
+        assert p is None
+    assert rollout_env.spans() == []
+
+
+def test_bad_phase_name_is_a_clear_error(rollout_env):
+    with pytest.raises(ValueError, match="phase name"):
+        phase("")
+    with rollout_env.tracer.trajectory() as t, pytest.raises(ValueError, match="phase name"):
+        t.phase(None)
+
+
+def test_module_level_shortcuts_use_the_global_provider():
+    # Without a configured SDK the global provider is a no-op: nothing breaks.
+    with otel_rollout.trajectory("g", env="e") as t:
+        with t.generate():
+            pass
+        assert current_trajectory() is t
+    assert t.breakdown is None
+
+
+def test_trajectory_id_defaults_from_instance_and_repetition(rollout_env):
+    with rollout_env.tracer.trajectory(instance_id="q7", repetition_id=3):
+        pass
+    with rollout_env.tracer.trajectory():
+        pass
+    ids = [b.trajectory_id for b in rollout_env.breakdowns]
+    assert ids[0] == "q7_3" and len(ids[1]) == 16 and ids[0] != ids[1]
