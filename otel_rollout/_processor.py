@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -19,6 +20,10 @@ from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._version import __version__
 
 BreakdownSink = Callable[[Breakdown], Any]
+_EMPTY: dict[str, Any] = {}
+#: Distinct custom phase names remembered; beyond this they are accounted as one (other).
+_MAX_PHASE_NAMES = 1024
+_OVERFLOW_PHASE = "_custom"
 
 #: root span id -> the processor tracking it, so the trajectory context manager can ask
 #: for the breakdown *before* ending the root (attributes freeze at ``end()``).
@@ -26,15 +31,17 @@ _ROOT_OWNERS: dict[int, BreakdownProcessor] = {}
 
 
 class _Trajectory:
-    __slots__ = ("attrs", "breakdown", "open", "phases", "root_id", "start_ns", "trace_id")
+    __slots__ = ("attrs", "breakdown", "n_open", "phases", "root_id", "start_ns", "trace_id")
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
         self.root_id = root_id
         self.trace_id = trace_id
         self.start_ns = start_ns
         self.attrs = attrs
-        self.phases: list[tuple[str, int, int]] = []
-        self.open: set[int] | None = None
+        # flat (phase code, start ns, end ns) triples of the ended outermost phases:
+        # 24 bytes a phase instead of a tuple of boxed ints
+        self.phases: array[int] | None = None
+        self.n_open = 0  # open descendant spans tracked in the processor's open map
         self.breakdown: Breakdown | None = None
 
 
@@ -91,6 +98,8 @@ class BreakdownProcessor(SpanProcessor):
         self._trajs: dict[int, _Trajectory] = {}
         # open span id -> (trajectory, outermost phase so far, start if a top-level phase)
         self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
+        self._phase_names: list[str] = [*A.BANDS, _OVERFLOW_PHASE]
+        self._phase_codes = {name: i for i, name in enumerate(self._phase_names)}
         self._attr_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self.evicted = 0
         self._metrics = record_metrics
@@ -137,8 +146,11 @@ class BreakdownProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             attrs = span.attributes
+            # BoundedAttributes is a Mapping subclass whose ``in``/``get`` go through the
+            # ABC machinery; its plain dict is several times faster on this hot path.
+            raw = getattr(attrs, "_dict", attrs) or _EMPTY
             sid = span.context.span_id
-            if attrs and A.TRAJECTORY_ID in attrs:
+            if A.TRAJECTORY_ID in raw:
                 start = span.start_time or 0
                 traj = _Trajectory(sid, span.context.trace_id, start, attrs)
                 with self._lock:
@@ -156,7 +168,7 @@ class BreakdownProcessor(SpanProcessor):
                 return
             traj, outer, _ = entry
             if outer is None:
-                phase = attrs.get(A.PHASE) if attrs else None
+                phase = raw.get(A.PHASE)
                 new = (traj, None, None) if phase is None else (traj, phase, span.start_time)
             else:
                 new = (traj, outer, None)
@@ -164,10 +176,7 @@ class BreakdownProcessor(SpanProcessor):
                 if traj.root_id not in self._trajs:
                     return
                 self._open[sid] = new
-                if traj.open is None:
-                    traj.open = {sid}
-                else:
-                    traj.open.add(sid)
+                traj.n_open += 1
         except Exception as exc:
             internal_error("BreakdownProcessor.on_start", exc)
 
@@ -180,10 +189,11 @@ class BreakdownProcessor(SpanProcessor):
                     return
                 traj, phase, top_start = entry
                 if traj.root_id != sid:
-                    if traj.open is not None:
-                        traj.open.discard(sid)
+                    traj.n_open -= 1
                     if top_start is not None:
-                        traj.phases.append((phase, top_start, span.end_time))
+                        if traj.phases is None:
+                            traj.phases = array("q")
+                        traj.phases.extend((self._code(phase), top_start, span.end_time))
                     return
                 end = span.end_time or traj.start_ns
                 bd = traj.breakdown
@@ -232,11 +242,12 @@ class BreakdownProcessor(SpanProcessor):
     # --- internals ---------------------------------------------------------------------------
     def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
         """The trajectory's outermost phases; those still open are clipped at ``end_ns``."""
-        phases = list(traj.phases)
-        if traj.open:
-            for sid in traj.open:
-                entry = self._open.get(sid)
-                if entry is not None and entry[2] is not None:
+        names = self._phase_names
+        flat = traj.phases or ()
+        phases = [(names[flat[i]], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+        if traj.n_open > 0:  # rare: phases still open at the root's end (scan once)
+            for entry in self._open.values():
+                if entry[0] is traj and entry[2] is not None:
                     phases.append((entry[1], entry[2], end_ns))
         return phases
 
@@ -299,10 +310,10 @@ class BreakdownProcessor(SpanProcessor):
         self._trajs.pop(traj.root_id, None)
         self._open.pop(traj.root_id, None)
         _ROOT_OWNERS.pop(traj.root_id, None)
-        if traj.open:
-            for sid in traj.open:
-                self._open.pop(sid, None)
-            traj.open = None
+        if traj.n_open > 0:
+            for sid in [k for k, v in self._open.items() if v[0] is traj]:
+                del self._open[sid]
+            traj.n_open = 0
 
     def _evict_locked(self, now_ns: int) -> None:
         while self._trajs:
@@ -323,6 +334,15 @@ class BreakdownProcessor(SpanProcessor):
                 reason,
                 A.METRIC_EVICTED,
             )
+
+    def _code(self, phase: str) -> int:
+        code = self._phase_codes.get(phase)
+        if code is None:
+            if len(self._phase_names) >= _MAX_PHASE_NAMES:
+                return self._phase_codes[_OVERFLOW_PHASE]
+            code = self._phase_codes[phase] = len(self._phase_names)
+            self._phase_names.append(phase)
+        return code
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
