@@ -78,10 +78,10 @@ def bare_setup():
     return provider
 
 
-def rollout_setup():
+def rollout_setup(record_metrics: bool = True):
     meter = MeterProvider(metric_readers=[InMemoryMetricReader()])
     provider = TracerProvider()
-    provider.add_span_processor(BreakdownProcessor(meter))
+    provider.add_span_processor(BreakdownProcessor(meter, record_metrics=record_metrics))
     provider.add_span_processor(BatchSpanProcessor(NullExporter(), max_queue_size=1 << 16))
     return provider, meter
 
@@ -137,17 +137,22 @@ def main() -> None:
     bare_tracer = bare_provider.get_tracer("bench")
     ro_provider, meter = rollout_setup()
     ro_tracer = RolloutTracer(ro_provider, meter)
-    bare_s, ours_s = [], []
+    nm_provider, nm_meter = rollout_setup(record_metrics=False)
+    nm_tracer = RolloutTracer(nm_provider, nm_meter)
+    bare_s, ours_s, nm_s = [], [], []
     for _ in range(3):  # interleave to share the machine's noise
         bare_s.append(cpu_per_call(lambda: bare_tree(bare_tracer), n))
         ours_s.append(cpu_per_call(lambda: rollout_tree(ro_tracer), n))
-    bare, ours = min(bare_s), min(ours_s)
-    bare_provider.shutdown()
-    ro_provider.shutdown()
+        nm_s.append(cpu_per_call(lambda: rollout_tree(nm_tracer), n))
+    bare, ours, no_metrics = min(bare_s), min(ours_s), min(nm_s)
+    for p in (bare_provider, ro_provider, nm_provider):
+        p.shutdown()
     total, state = memory_per_in_flight()
     print(f"10-turn trajectory, bare SDK + batch export : {bare * 1e6:8.1f} us CPU")
     print(f"10-turn trajectory, otel-rollout + batch    : {ours * 1e6:8.1f} us CPU")
+    print(f"10-turn trajectory, otel-rollout no metrics : {no_metrics * 1e6:8.1f} us CPU")
     print(f"ratio otel-rollout / bare SDK               : {ours / bare:8.3f}  (target <= 1.25)")
+    print(f"ratio without histograms / bare SDK         : {no_metrics / bare:8.3f}")
     print(f"per in-flight trajectory, processor state   : {state:8.0f} B    (target <= 2048)")
     print(f"per in-flight trajectory, spans + state     : {total:8.0f} B")
 
