@@ -299,17 +299,17 @@ class _TrajectoryScope:
                 if status is None:
                     cancelled = isinstance(exc, asyncio.CancelledError)
                     status = A.STATUS_CANCELLED if cancelled else A.STATUS_ERROR
-            if status is not None:
-                span.set_attribute(A.STATUS, status)
+            sdk_status = getattr(span, "status", None)
+            code = sdk_status.status_code if sdk_status is not None else None
+            if status is None:
+                status = A.STATUS_ERROR if code is StatusCode.ERROR else A.STATUS_OK
+            span.set_attribute(A.STATUS, status)
+            traj.status = status
             end_ns = time_ns()
             owner = owner_of(span.get_span_context().span_id)
             if owner is not None:
-                sdk_status = getattr(span, "status", None)
                 bd = owner._prepare_end(
-                    span.get_span_context().span_id,
-                    end_ns,
-                    {A.STATUS: status} if status is not None else {},
-                    sdk_status.status_code if sdk_status is not None else None,
+                    span.get_span_context().span_id, end_ns, {A.STATUS: status}, code
                 )
                 if bd is not None:
                     traj.breakdown = bd

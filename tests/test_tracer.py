@@ -163,3 +163,17 @@ def test_trajectory_id_defaults_from_instance_and_repetition(rollout_env):
         pass
     ids = [b.trajectory_id for b in rollout_env.breakdowns]
     assert ids[0] == "q7_3" and len(ids[1]) == 16 and ids[0] != ids[1]
+
+
+def test_final_status_is_on_every_root_and_can_be_overridden(rollout_env):
+    from opentelemetry.trace import Status, StatusCode
+
+    with rollout_env.tracer.trajectory("ok"):
+        pass
+    with rollout_env.tracer.trajectory("marked") as t:
+        t.span.set_status(Status(StatusCode.ERROR, "bad reward parse"))
+    with rollout_env.tracer.trajectory("custom") as t:
+        t.set_status("truncated")
+    statuses = [r.attributes["rollout.trajectory.status"] for r in rollout_env.roots()]
+    assert statuses == ["ok", "error", "truncated"]
+    assert [b.status for b in rollout_env.breakdowns] == statuses
