@@ -86,3 +86,36 @@ def test_trajectories_arrive_with_their_tree_breakdown_and_histograms(protocol):
         env = next(p for p in phase_points if p["attributes"]["rollout.phase"] == "env")
         assert env["sum"] == pytest.approx(sum(b.env for b in breakdowns.values()))
         assert set(dur["exemplars"]) <= set(breakdowns)
+
+
+def test_endpoint_down_then_back_loses_no_breakdown_and_export_resumes():
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    rx = OTLPReceiver()  # not started yet: the port refuses connections
+    collector = BreakdownCollector()
+    provider = TracerProvider()
+    provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=rx.grpc_endpoint, insecure=True, timeout=1),
+            schedule_delay_millis=50,
+        )
+    )
+    tracer = RolloutTracer(provider)
+
+    def run(prefix, n):
+        for i in range(n):
+            with tracer.trajectory(f"{prefix}{i}") as traj, traj.generate():
+                pass
+
+    run("down", 30)  # no exception reaches the loop while nobody listens
+    provider.force_flush(timeout_millis=3000)
+    assert len(collector.drain()) == 30
+    with rx:
+        run("up", 5)
+        assert provider.force_flush(timeout_millis=10_000)
+        assert rx.wait_for(lambda r: sum(s.name == "trajectory" for s in r.spans()) >= 5)
+        ids = {s.attributes["rollout.trajectory.id"] for s in rx.spans() if s.name == "trajectory"}
+        assert {f"up{i}" for i in range(5)} <= ids
+    provider.shutdown()
+    assert len(collector.drain()) == 5
