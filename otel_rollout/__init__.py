@@ -12,6 +12,7 @@ from otel_rollout._breakdown import (
 )
 from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import BreakdownCollector, group_by, summarize
 from otel_rollout._tracer import (
     Generation,
@@ -33,6 +34,7 @@ __all__ = [
     "Generation",
     "Phase",
     "PhaseInterval",
+    "RecordingRatioSampler",
     "RolloutTracer",
     "SpanRecord",
     "Trajectory",
