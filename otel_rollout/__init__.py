@@ -10,6 +10,7 @@ from otel_rollout._breakdown import (
     compute_breakdown,
     outermost_phases,
 )
+from otel_rollout._config import ConfigError, Rollout, configure
 from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
@@ -31,16 +32,19 @@ __all__ = [
     "Breakdown",
     "BreakdownCollector",
     "BreakdownProcessor",
+    "ConfigError",
     "Generation",
     "Phase",
     "PhaseInterval",
     "RecordingRatioSampler",
+    "Rollout",
     "RolloutTracer",
     "SpanRecord",
     "Trajectory",
     "__version__",
     "bind_context",
     "compute_breakdown",
+    "configure",
     "current_trajectory",
     "group_by",
     "outermost_phases",

@@ -1,0 +1,324 @@
+"""``configure()``: providers, exporters and the breakdown processor in one call.
+
+Each setting resolves: argument, then ``OTEL_ROLLOUT_*`` variable, then the standard
+``OTEL_*`` variable, then a default. An empty variable counts as unset. A bad argument
+raises ``ValueError`` naming the value and what is accepted; a bad variable is reported
+with a warning naming it, and the default is used.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from opentelemetry import metrics, trace
+
+from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._sampling import RecordingRatioSampler
+from otel_rollout._summary import BreakdownCollector, summarize
+from otel_rollout._tracer import RolloutTracer
+
+TRACES_EXPORTERS = ("otlp", "file", "console", "none")
+METRICS_EXPORTERS = ("otlp", "prometheus", "console", "none")
+PROTOCOLS = ("grpc", "http/protobuf")
+DEFAULT_OUTPUT_DIR = "otel-rollout-output"
+
+
+class ConfigError(ValueError):
+    """A setting has a value otel-rollout does not accept."""
+
+
+def _env(*names: str) -> tuple[str, str] | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _choice(arg: str | None, names: tuple[str, ...], accepted: tuple[str, ...], default: str,
+            what: str) -> str:  # fmt: skip
+    if arg is not None:
+        if arg not in accepted:
+            raise ConfigError(f"{what}={arg!r} is not accepted; expected one of {accepted}")
+        return arg
+    found = _env(*names)
+    if found is None:
+        return default
+    name, value = found
+    value = value.lower().split(",")[0].strip()
+    if value not in accepted:
+        warnings.warn(
+            f"{name}={value!r} is not accepted (expected one of {accepted}); using {default!r}",
+            stacklevel=3,
+        )
+        return default
+    return value
+
+
+def _ratio(arg: float | None) -> float:
+    if arg is not None:
+        if isinstance(arg, bool) or not isinstance(arg, int | float) or not 0 <= arg <= 1:
+            raise ConfigError(f"sample_ratio={arg!r} is not accepted; expected a number in [0, 1]")
+        return float(arg)
+    found = _env("OTEL_ROLLOUT_SAMPLE_RATIO")
+    if found is None:
+        sampler = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+        if not sampler or sampler in ("always_on", "parentbased_always_on"):
+            return 1.0
+        if sampler in ("always_off", "parentbased_always_off"):
+            return 0.0
+        if sampler not in ("traceidratio", "parentbased_traceidratio"):
+            warnings.warn(
+                f"OTEL_TRACES_SAMPLER={sampler!r} is not supported by otel-rollout (expected "
+                "always_on, always_off, traceidratio or their parentbased_ forms); using 1.0",
+                stacklevel=3,
+            )
+            return 1.0
+        found = _env("OTEL_TRACES_SAMPLER_ARG") or ("OTEL_TRACES_SAMPLER_ARG", "1.0")
+    name, value = found
+    try:
+        ratio = float(value)
+        if not 0 <= ratio <= 1:
+            raise ValueError
+        return ratio
+    except ValueError:
+        warnings.warn(f"{name}={value!r} is not a ratio in [0, 1]; using 1.0", stacklevel=3)
+        return 1.0
+
+
+def _int_env(name: str, default: int) -> int:
+    found = _env(name)
+    if found is None:
+        return default
+    try:
+        return int(found[1])
+    except ValueError:
+        warnings.warn(f"{name}={found[1]!r} is not an integer; using {default}", stacklevel=3)
+        return default
+
+
+@dataclass
+class Rollout:
+    """What :func:`configure` set up. ``shutdown()`` flushes and stops, within a timeout."""
+
+    tracer_provider: Any
+    meter_provider: Any
+    tracer: RolloutTracer
+    collector: BreakdownCollector
+    processor: BreakdownProcessor | None
+    trace_file: Path | None = None
+    is_global: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+    summary_stream: TextIO | None = None
+    _summary: list = field(default_factory=list, repr=False)
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        ms = int(timeout_s * 1000)
+        ok = True
+        for p in (self.tracer_provider, self.meter_provider):
+            fn = getattr(p, "force_flush", None)
+            if fn is not None:
+                ok = bool(fn(ms)) and ok
+        return ok
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Stop exporting; returns False when the exporters did not finish in time."""
+
+        def stop() -> None:
+            for p in (self.tracer_provider, self.meter_provider):
+                fn = getattr(p, "shutdown", None)
+                if fn is not None:
+                    fn()
+
+        worker = threading.Thread(target=stop, name="otel-rollout-shutdown", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        if self.summary_stream is not None and self._summary:
+            s = summarize(self._summary)
+            out = self.summary_stream
+            print(f"otel-rollout: {len(self._summary)} trajectories", file=out)
+            for band in ("completion", "llm", "env", "env_setup", "env_teardown", "other"):
+                mean = s[f"generate/trajectory_time_{band}_mean"]
+                p90 = s[f"generate/trajectory_time_{band}_p90"]
+                print(f"  {band:<13} mean {mean:8.3f}s  p90 {p90:8.3f}s", file=out)
+            print(f"  frac_time_in_env {s['generate/frac_time_in_env']:.3f}", file=out)
+            if self.trace_file is not None:
+                print(f"  traces: {self.trace_file}", file=out)
+        return not worker.is_alive()
+
+
+_global_lock = threading.Lock()
+_global: Rollout | None = None
+
+
+def configure(
+    *,
+    service_name: str | None = None,
+    local: bool = False,
+    traces_exporter: str | None = None,
+    metrics_exporter: str | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    sample_ratio: float | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    metric_export_interval_ms: int | None = None,
+    resource_attributes: Mapping[str, Any] | None = None,
+    bands: Mapping[str, str] | None = None,
+    on_breakdown: Callable[[Any], Any] | None = None,
+    summary_stream: TextIO | None = None,
+) -> Rollout:
+    """Set up tracing and metrics for a rollout job; returns a :class:`Rollout`.
+
+    With ``local=False`` (the default) the global providers are set, once: a second call
+    warns and returns the first setup unchanged. ``local=True`` touches no global state.
+    With no OTLP endpoint configured, traces go to an OTLP JSON lines file under
+    ``output_dir`` (``OTEL_ROLLOUT_OUTPUT_DIR``, default ``./otel-rollout-output``) and a
+    short summary prints at shutdown.
+    """
+    global _global
+    if not local:
+        with _global_lock:
+            if _global is not None:
+                warnings.warn(
+                    "otel_rollout.configure() was already called; this call changes nothing",
+                    stacklevel=2,
+                )
+                return _global
+            _global = _build(locals())
+            _global.is_global = True
+            trace.set_tracer_provider(_global.tracer_provider)
+            metrics.set_meter_provider(_global.meter_provider)
+            return _global
+    return _build(locals())
+
+
+def _build(opts: dict[str, Any]) -> Rollout:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    collector = BreakdownCollector()
+    disabled = _env("OTEL_ROLLOUT_DISABLED", "OTEL_SDK_DISABLED")
+    if disabled is not None and disabled[1].lower() == "true":
+        noop_t, noop_m = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
+        return Rollout(noop_t, noop_m, RolloutTracer(noop_t, noop_m), collector, None,
+                       settings={"disabled": True})  # fmt: skip
+
+    has_endpoint = opts["endpoint"] is not None or _env(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    traces_exporter = _choice(opts["traces_exporter"],
+                              ("OTEL_ROLLOUT_TRACES_EXPORTER", "OTEL_TRACES_EXPORTER"),
+                              TRACES_EXPORTERS, "otlp" if has_endpoint else "file",
+                              "traces_exporter")  # fmt: skip
+    metrics_exporter = _choice(opts["metrics_exporter"],
+                               ("OTEL_ROLLOUT_METRICS_EXPORTER", "OTEL_METRICS_EXPORTER"),
+                               METRICS_EXPORTERS, "otlp" if has_endpoint else "none",
+                               "metrics_exporter")  # fmt: skip
+    protocol = _choice(opts["protocol"],
+                       ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+                       PROTOCOLS, "grpc", "protocol")  # fmt: skip
+    ratio = _ratio(opts["sample_ratio"])
+    name = opts["service_name"]
+    if name is None:
+        found = _env("OTEL_ROLLOUT_SERVICE_NAME", "OTEL_SERVICE_NAME")
+        name = found[1] if found else "otel-rollout"
+    run_id = (_env("OTEL_ROLLOUT_RUN_ID") or ("", uuid.uuid4().hex[:12]))[1]
+    attrs = {"service.name": name, "rollout.run.id": run_id, "host.name": socket.gethostname(),
+             "process.pid": os.getpid()}  # fmt: skip
+    attrs.update(opts["resource_attributes"] or {})
+    resource = Resource.create(attrs)  # also merges OTEL_RESOURCE_ATTRIBUTES
+
+    readers = []
+    interval = opts["metric_export_interval_ms"] or _int_env("OTEL_METRIC_EXPORT_INTERVAL", 60000)
+    if metrics_exporter in ("otlp", "console"):
+        from opentelemetry.sdk.metrics.export import (
+            ConsoleMetricExporter,
+            PeriodicExportingMetricReader,
+        )
+
+        exporter = (
+            ConsoleMetricExporter()
+            if metrics_exporter == "console"
+            else _otlp_metric_exporter(protocol, opts["endpoint"])
+        )
+        readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
+    elif metrics_exporter == "prometheus":
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+
+        port = _int_env("OTEL_EXPORTER_PROMETHEUS_PORT", 9464)
+        host = (_env("OTEL_EXPORTER_PROMETHEUS_HOST") or ("", "127.0.0.1"))[1]
+        start_http_server(port, addr=host)
+        readers.append(PrometheusMetricReader())
+    meter_provider = MeterProvider(metric_readers=readers, resource=resource)
+
+    stream = opts["summary_stream"]
+    sinks: list[Callable[[Any], Any]] = [collector]
+    if opts["on_breakdown"] is not None:
+        sinks.append(opts["on_breakdown"])
+    summary: list = []
+    processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=opts["bands"])
+    tracer_provider = TracerProvider(resource=resource, sampler=RecordingRatioSampler(ratio))
+    tracer_provider.add_span_processor(processor)
+    trace_file = None
+    if traces_exporter == "file":
+        from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+
+        out_dir = Path(
+            opts["output_dir"] or (_env("OTEL_ROLLOUT_OUTPUT_DIR") or ("", DEFAULT_OUTPUT_DIR))[1]
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        trace_file = out_dir / f"traces-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}.jsonl"
+        tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(trace_file)))
+        processor.add_sink(summary.append)
+        stream = stream or sys.stderr
+    elif traces_exporter == "otlp":
+        exporter = _otlp_span_exporter(protocol, opts["endpoint"])
+        tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+    elif traces_exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+        tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    settings = {"traces_exporter": traces_exporter, "metrics_exporter": metrics_exporter,
+                "protocol": protocol, "sample_ratio": ratio, "service_name": name,
+                "run_id": run_id}  # fmt: skip
+    return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
+                   collector, processor, trace_file, settings=settings, summary_stream=stream,
+                   _summary=summary)  # fmt: skip
+
+
+def _otlp_span_exporter(protocol: str, endpoint: str | None) -> Any:
+    # A short timeout keeps shutdown() and retries bounded while an endpoint is down.
+    timeout = _int_env("OTEL_EXPORTER_OTLP_TIMEOUT", 5000) / 1000
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    url = endpoint.rstrip("/") + "/v1/traces" if endpoint else None
+    return OTLPSpanExporter(endpoint=url, timeout=timeout)
+
+
+def _otlp_metric_exporter(protocol: str, endpoint: str | None) -> Any:
+    timeout = _int_env("OTEL_EXPORTER_OTLP_TIMEOUT", 5000) / 1000
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(endpoint=endpoint, timeout=timeout)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    url = endpoint.rstrip("/") + "/v1/metrics" if endpoint else None
+    return OTLPMetricExporter(endpoint=url, timeout=timeout)

@@ -1,0 +1,168 @@
+"""configure(): settings precedence, the embedded trace file, OTLP to a real receiver."""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+
+import pytest
+from opentelemetry import trace
+
+from otel_rollout import ConfigError, configure
+from otel_rollout.testing.receiver import OTLPReceiver
+
+OTEL_VARS = [
+    "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG", "OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_ROLLOUT_TRACES_EXPORTER",
+    "OTEL_ROLLOUT_SERVICE_NAME", "OTEL_ROLLOUT_OUTPUT_DIR", "OTEL_RESOURCE_ATTRIBUTES",
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in OTEL_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(rollout, n=3):
+    for i in range(n):
+        with rollout.tracer.trajectory(f"t{i}", env="e") as traj:
+            with traj.generate():
+                pass
+            with traj.env_step():
+                pass
+
+
+def test_embedded_default_writes_otlp_json_lines_and_prints_a_summary(tmp_path):
+    out = io.StringIO()
+    rollout = configure(local=True, output_dir=tmp_path, summary_stream=out)
+    assert rollout.settings["traces_exporter"] == "file"
+    run(rollout, 4)
+    assert rollout.shutdown(timeout_s=10)
+    lines = rollout.trace_file.read_text().splitlines()
+    spans = [
+        s
+        for line in lines
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    ]
+    assert (
+        sorted(s["name"] for s in spans) == ["env_step"] * 4 + ["generate"] * 4 + ["trajectory"] * 4
+    )
+    assert "4 trajectories" in out.getvalue() and str(rollout.trace_file) in out.getvalue()
+    assert rollout.trace_file.parent == tmp_path
+
+
+def test_local_mode_leaves_the_global_providers_alone(tmp_path):
+    before = trace.get_tracer_provider()
+    rollout = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
+    assert trace.get_tracer_provider() is before
+    assert rollout.tracer_provider is not before
+    rollout.shutdown()
+
+
+def test_argument_beats_rollout_env_beats_otel_env_beats_default(monkeypatch, tmp_path):
+    kw = {"local": True, "output_dir": tmp_path, "summary_stream": io.StringIO()}
+    assert configure(**kw).settings["service_name"] == "otel-rollout"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-otel")
+    assert configure(**kw).settings["service_name"] == "from-otel"
+    monkeypatch.setenv("OTEL_ROLLOUT_SERVICE_NAME", "from-rollout")
+    assert configure(**kw).settings["service_name"] == "from-rollout"
+    assert configure(service_name="arg", **kw).settings["service_name"] == "arg"
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    assert configure(**kw).settings["sample_ratio"] == 0.25
+    monkeypatch.setenv("OTEL_ROLLOUT_SAMPLE_RATIO", "0.5")
+    assert configure(**kw).settings["sample_ratio"] == 0.5
+    assert configure(sample_ratio=0.1, **kw).settings["sample_ratio"] == 0.1
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert configure(**kw).settings["traces_exporter"] == "none"
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "")  # empty counts as unset
+    assert configure(**kw).settings["traces_exporter"] == "file"
+
+
+def test_bad_argument_raises_naming_value_and_choices(tmp_path):
+    with pytest.raises(ConfigError, match=r"traces_exporter='jaeger'.*expected one of"):
+        configure(local=True, traces_exporter="jaeger")
+    with pytest.raises(ConfigError, match=r"sample_ratio=2"):
+        configure(local=True, sample_ratio=2)
+    with pytest.raises(ConfigError, match=r"protocol='udp'"):
+        configure(local=True, protocol="udp")
+
+
+def test_bad_env_var_is_reported_not_ignored(monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "statsd")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "lots")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
+    text = " ".join(str(w.message) for w in caught)
+    assert "OTEL_METRICS_EXPORTER='statsd'" in text and "OTEL_TRACES_SAMPLER_ARG='lots'" in text
+    assert r.settings["metrics_exporter"] == "none" and r.settings["sample_ratio"] == 1.0
+
+
+def test_sdk_disabled_gives_a_working_no_op_setup(monkeypatch):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    rollout = configure(local=True)
+    run(rollout)
+    assert rollout.collector.drain() == [] and rollout.shutdown()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_endpoint_from_the_standard_env_var_exports_traces_and_metrics(monkeypatch, protocol):
+    with OTLPReceiver() as rx:
+        endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")
+        rollout = configure(local=True)
+        assert rollout.settings["traces_exporter"] == rollout.settings["metrics_exporter"] == "otlp"
+        run(rollout, 5)
+        assert len(rollout.collector.drain()) == 5
+        assert rollout.shutdown(timeout_s=10)
+        roots = [s for s in rx.spans() if s.name == "trajectory"]
+        assert len(roots) == 5 and roots[0].resource["service.name"] == "trainer"
+        assert "rollout.run.id" in roots[0].resource
+        (dur,) = rx.metric_points("rollout.trajectory.duration")
+        assert dur["count"] == 5
+
+
+def test_shutdown_returns_even_when_the_endpoint_is_down(monkeypatch):
+    rx = OTLPReceiver()  # never started
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+    rollout = configure(local=True, endpoint=rx.grpc_endpoint)
+    run(rollout, 10)
+    assert len(rollout.collector.drain()) == 10
+    rollout.shutdown(timeout_s=3)  # bounded by its timeout, whatever the exporter does
+
+
+def test_global_configure_sets_providers_once_and_warns_on_a_second_call(tmp_path):
+    import subprocess
+    import sys
+
+    code = """
+import io, warnings
+from opentelemetry import trace
+import otel_rollout
+r = otel_rollout.configure(output_dir=OUTDIR, summary_stream=io.StringIO())
+assert trace.get_tracer_provider() is r.tracer_provider and r.is_global
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    again = otel_rollout.configure(service_name="other")
+assert again is r and "already called" in str(caught[0].message)
+with otel_rollout.trajectory("g") as t:
+    pass
+assert t.breakdown is not None and r.collector.drain()[0].trajectory_id == "g"
+r.shutdown()
+print("ok")
+""".replace("OUTDIR", repr(str(tmp_path)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
