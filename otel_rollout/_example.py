@@ -1,12 +1,13 @@
-"""A small, dependency-free traced rollout: the runnable example of the README."""
+"""A small traced rollout on the embedded default: the runnable example of the README."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sys
 
+from otel_rollout._config import configure
 from otel_rollout._summary import summarize
-from otel_rollout.testing import make_test_env
 
 
 async def _one(tracer, i: int, rng: random.Random) -> None:
@@ -24,15 +25,20 @@ async def _one(tracer, i: int, rng: random.Random) -> None:
 
 
 def run_example(n: int = 16, seed: int = 0) -> dict[str, float]:
-    env = make_test_env()
+    """Run ``n`` toy trajectories through ``configure(local=True)`` and print the summary.
+
+    Traces go where ``configure()`` sends them: with no OTLP endpoint set, an OTLP JSON
+    lines file under ``./otel-rollout-output``.
+    """
+    rollout = configure(local=True, summary_stream=sys.stdout)
     rng = random.Random(seed)
 
     async def main() -> None:
-        await asyncio.gather(*(_one(env.tracer, i, rng) for i in range(n)))
+        await asyncio.gather(*(_one(rollout.tracer, i, rng) for i in range(n)))
 
     asyncio.run(main())
-    summary = summarize(env.collector.drain())
+    summary = summarize(rollout.collector.drain())
     for key, value in summary.items():
         print(f"{key:48s} {value:.4f}")
-    env.shutdown()
+    rollout.shutdown()
     return summary
