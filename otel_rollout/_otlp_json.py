@@ -1,0 +1,356 @@
+"""OTLP/JSON lines: a span exporter that writes them and a reader that rebuilds breakdowns.
+
+One line per ``ExportTraceServiceRequest`` in OTLP/JSON (hex ids, nanosecond times as
+strings). The reader also takes Jaeger's query-API JSON and Tempo's trace JSON, and
+recomputes breakdowns with the same functions the online processor uses.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import StatusCode
+
+from otel_rollout import _attributes as A
+from otel_rollout._breakdown import Breakdown, PhaseInterval, SpanRecord, compute_breakdown
+from otel_rollout._breakdown import outermost_phases
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _any_value(v: Any) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, (list, tuple)):
+        return {"arrayValue": {"values": [_any_value(x) for x in v]}}
+    return {"stringValue": str(v)}
+
+
+def _kvs(attrs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    return [{"key": k, "value": _any_value(v)} for k, v in (attrs or {}).items()]
+
+
+def spans_to_otlp(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """An OTLP/JSON ``ExportTraceServiceRequest`` for ``spans``."""
+    by_res: dict[int, tuple[Any, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
+    for s in spans:
+        res = s.resource
+        entry = by_res.setdefault(id(res), (res, {}))
+        scope = s.instrumentation_scope
+        key = (scope.name if scope else "", (scope.version or "") if scope else "")
+        ctx = s.context
+        d: dict[str, Any] = {
+            "traceId": format(ctx.trace_id, "032x"),
+            "spanId": format(ctx.span_id, "016x"),
+            "name": s.name,
+            "kind": int(s.kind.value) + 1,
+            "startTimeUnixNano": str(s.start_time or 0),
+            "endTimeUnixNano": str(s.end_time or 0),
+            "attributes": _kvs(s.attributes),
+            "status": {},
+        }
+        if s.parent is not None:
+            d["parentSpanId"] = format(s.parent.span_id, "016x")
+        code = s.status.status_code
+        if code is StatusCode.ERROR:
+            d["status"] = {"code": 2, "message": s.status.description or ""}
+        elif code is StatusCode.OK:
+            d["status"] = {"code": 1}
+        if s.events:
+            d["events"] = [
+                {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _kvs(e.attributes)}
+                for e in s.events
+            ]
+        entry[1].setdefault(key, []).append(d)
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _kvs(res.attributes if res else {})},
+                "scopeSpans": [
+                    {"scope": {"name": n, "version": v}, "spans": sp}
+                    for (n, v), sp in scopes.items()
+                ],
+            }
+            for res, scopes in by_res.values()
+        ]
+    }
+
+
+class OTLPJsonLinesSpanExporter(SpanExporter):
+    """Appends one OTLP/JSON ``ExportTraceServiceRequest`` per export to a file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        line = json.dumps(spans_to_otlp(spans), separators=(",", ":"))
+        with self._lock:
+            if self._fh.closed:
+                return SpanExportResult.FAILURE
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+        return True
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+class TraceReadError(ValueError):
+    """Input that is not OTLP/Jaeger/Tempo trace JSON; the message names where."""
+
+
+@dataclass
+class RawSpan:
+    trace_id: str
+    span_id: int
+    parent_id: int | None
+    name: str
+    start_ns: int
+    end_ns: int | None
+    attributes: dict[str, Any]
+    status_code: StatusCode | None = None
+    service: str | None = None
+
+
+@dataclass
+class TrajectoryTrace:
+    """One trajectory rebuilt from a trace: its breakdown and outermost phases."""
+
+    breakdown: Breakdown
+    phases: list[PhaseInterval]
+    service: str | None = None
+
+
+@dataclass
+class ReadResult:
+    trajectories: list[TrajectoryTrace] = field(default_factory=list)
+    #: trace ids with phase spans but no trajectory root (lost, still running, truncated)
+    incomplete: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def breakdowns(self) -> list[Breakdown]:
+        return [t.breakdown for t in self.trajectories]
+
+
+def _decode_id(raw: Any, width: int) -> str:
+    s = str(raw or "")
+    if not s:
+        return ""
+    if len(s) == width and all(c in "0123456789abcdefABCDEF" for c in s):
+        return s.lower()
+    try:  # protobuf JSON encodes bytes as base64 (Tempo)
+        return base64.b64decode(s).hex().rjust(width, "0")
+    except Exception as exc:
+        raise TraceReadError(f"bad id {s!r}") from exc
+
+
+def _value(v: Mapping[str, Any]) -> Any:
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "arrayValue" in v:
+        return tuple(_value(x) for x in v["arrayValue"].get("values", []))
+    return None
+
+
+def _attrs(kvs: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
+    return {kv["key"]: _value(kv.get("value", {})) for kv in (kvs or [])}
+
+
+def _otlp_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
+    out: list[RawSpan] = []
+    for rs in doc.get("resourceSpans", doc.get("batches", [])) or []:
+        service = _attrs(rs.get("resource", {}).get("attributes")).get("service.name")
+        for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []:
+            for sp in ss.get("spans", []) or []:
+                parent = _decode_id(sp.get("parentSpanId"), 16)
+                end = int(sp.get("endTimeUnixNano") or 0)
+                code = (sp.get("status") or {}).get("code")
+                out.append(
+                    RawSpan(
+                        trace_id=_decode_id(sp["traceId"], 32),
+                        span_id=int(_decode_id(sp["spanId"], 16), 16),
+                        parent_id=int(parent, 16) if parent else None,
+                        name=sp.get("name", ""),
+                        start_ns=int(sp.get("startTimeUnixNano") or 0),
+                        end_ns=end or None,
+                        attributes=_attrs(sp.get("attributes")),
+                        status_code=StatusCode.ERROR
+                        if code in (2, "STATUS_CODE_ERROR")
+                        else None,
+                        service=service,
+                    )
+                )
+    return out
+
+
+def _jaeger_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
+    out: list[RawSpan] = []
+    for tr in doc.get("data", []) or []:
+        procs = tr.get("processes", {}) or {}
+        for sp in tr.get("spans", []) or []:
+            parent = None
+            for ref in sp.get("references", []) or []:
+                if ref.get("refType") == "CHILD_OF":
+                    parent = int(ref["spanID"], 16)
+            tags = {t["key"]: t.get("value") for t in sp.get("tags", []) or []}
+            start = int(sp["startTime"]) * 1000
+            err = tags.get("otel.status_code") == "ERROR" or tags.get("error") is True
+            out.append(
+                RawSpan(
+                    trace_id=sp["traceID"].rjust(32, "0"),
+                    span_id=int(sp["spanID"], 16),
+                    parent_id=parent,
+                    name=sp.get("operationName", ""),
+                    start_ns=start,
+                    end_ns=start + int(sp.get("duration", 0)) * 1000,
+                    attributes=tags,
+                    status_code=StatusCode.ERROR if err else None,
+                    service=procs.get(sp.get("processID"), {}).get("serviceName"),
+                )
+            )
+    return out
+
+
+def spans_from_document(doc: Any) -> list[RawSpan]:
+    """Spans of one parsed JSON document: OTLP/JSON, Tempo's trace JSON or Jaeger's."""
+    if not isinstance(doc, Mapping):
+        raise TraceReadError("expected a JSON object")
+    if "data" in doc:
+        return _jaeger_spans(doc)
+    if "trace" in doc and isinstance(doc["trace"], Mapping):  # Tempo v2 API
+        doc = doc["trace"]
+    if "resourceSpans" in doc or "batches" in doc:
+        return _otlp_spans(doc)
+    raise TraceReadError("no resourceSpans/batches (OTLP) or data (Jaeger) key")
+
+
+def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[RawSpan]:
+    """Spans of an OTLP JSON lines file; a truncated last line is skipped with a warning."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(f"{path}: not UTF-8 text") from exc
+    if path.suffix == ".json" and len(lines) > 1:  # one pretty-printed document
+        try:
+            return spans_from_document(json.loads("\n".join(lines)))
+        except (json.JSONDecodeError, TraceReadError, KeyError, TypeError, ValueError):
+            pass
+    spans: list[RawSpan] = []
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if i == last:
+                msg = f"{path}:{i + 1}: truncated last line skipped ({exc.msg})"
+                warnings.warn(msg, stacklevel=2)
+                if result is not None:
+                    result.warnings.append(msg)
+                continue
+            raise TraceReadError(f"{path}:{i + 1}: invalid JSON: {exc.msg}") from exc
+        try:
+            spans.extend(spans_from_document(doc))
+        except (TraceReadError, KeyError, TypeError, ValueError) as exc:
+            raise TraceReadError(f"{path}:{i + 1}: not OTLP/JSON trace data: {exc}") from exc
+    return spans
+
+
+def breakdowns_from_spans(
+    spans: Iterable[RawSpan],
+    *,
+    bands: Mapping[str, str] | None = None,
+    result: ReadResult | None = None,
+) -> ReadResult:
+    """Group spans by trace and recompute each trajectory's breakdown (same functions)."""
+    result = result or ReadResult()
+    by_trace: dict[str, list[RawSpan]] = {}
+    for s in spans:
+        by_trace.setdefault(s.trace_id, []).append(s)
+    for trace_id, tspans in by_trace.items():
+        roots = [s for s in tspans if A.TRAJECTORY_ID in s.attributes]
+        if not roots:
+            if any(A.PHASE in s.attributes for s in tspans):
+                result.incomplete.append(trace_id)
+            continue  # unrelated service's trace
+        records = [
+            SpanRecord(s.span_id, s.parent_id, s.start_ns, s.end_ns, s.attributes.get(A.PHASE))
+            for s in tspans
+        ]
+        for root in roots:
+            if root.end_ns is None:
+                result.incomplete.append(trace_id)
+                continue
+            phases = outermost_phases(root.span_id, records, end_open_at=root.end_ns)
+            attrs = root.attributes
+            status = attrs.get(A.STATUS)
+            if not isinstance(status, str) or not status:
+                status = A.STATUS_ERROR if root.status_code is StatusCode.ERROR else A.STATUS_OK
+            env_class = attrs.get(A.ENV_CLASS)
+            model = attrs.get(A.GEN_AI_REQUEST_MODEL)
+            low: dict[str, Any] = {A.STATUS: status}
+            if env_class is not None:
+                low[A.ENV_CLASS] = env_class
+            if model is not None:
+                low[A.GEN_AI_REQUEST_MODEL] = model
+            bd = compute_breakdown(
+                root.start_ns,
+                root.end_ns,
+                phases,
+                trajectory_id=str(attrs.get(A.TRAJECTORY_ID, "")),
+                trace_id=trace_id,
+                status=status,
+                env_class=env_class,
+                model=model,
+                bands=bands,
+                attributes=low,
+            )
+            result.trajectories.append(TrajectoryTrace(bd, phases, root.service))
+    return result
+
+
+def read_trace_file(path: str | Path, *, bands: Mapping[str, str] | None = None) -> ReadResult:
+    """Breakdowns of every trajectory in an OTLP JSON lines file."""
+    result = ReadResult()
+    spans = read_spans_file(path, result)
+    return breakdowns_from_spans(spans, bands=bands, result=result)

@@ -1,0 +1,141 @@
+"""Inference engines for the demo: a continuous-batching latency simulator, and OpenAI.
+
+``SimEngine`` models one inference server with continuous batching: requests wait in a
+queue until a slot of the running batch (``max_batch`` sequences) is free; each engine
+iteration costs ``step_s + step_per_seq_s * batch`` and decodes ``tokens_per_step`` tokens
+of every running sequence; a request that joins the batch adds its prefill cost
+(``prefill_s_per_token * prompt_tokens``) to that iteration. Latencies are real: callers
+``await`` the server loop, which advances by ``asyncio.sleep``. Seeded, so output lengths
+and answers repeat; wall times vary with the machine only through scheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import propagate
+
+
+@dataclass
+class Completion:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str = "stop"
+    model: str | None = None
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return max(1, sum(len(str(m.get("content", ""))) for m in messages) // 4)
+
+
+@dataclass
+class _Req:
+    prompt_tokens: int
+    remaining: int
+    future: asyncio.Future
+    prefilled: bool = False
+
+
+@dataclass
+class SimEngine:
+    """A documented latency model of a continuous-batching server (see module doc)."""
+
+    seed: int = 0
+    max_batch: int = 8
+    step_s: float = 0.004
+    step_per_seq_s: float = 0.0004
+    tokens_per_step: int = 4
+    prefill_s_per_token: float = 0.00002
+    model: str = "sim-7b"
+    _queue: list[_Req] = field(default_factory=list)
+    _running: list[_Req] = field(default_factory=list)
+    _loop_task: asyncio.Task | None = None
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    async def _serve(self) -> None:
+        while self._queue or self._running:
+            cost = self.step_s
+            while self._queue and len(self._running) < self.max_batch:
+                req = self._queue.pop(0)
+                cost += self.prefill_s_per_token * req.prompt_tokens
+                self._running.append(req)
+            cost += self.step_per_seq_s * len(self._running)
+            await asyncio.sleep(cost)
+            done = []
+            for req in self._running:
+                req.remaining -= self.tokens_per_step
+                if req.remaining <= 0:
+                    done.append(req)
+            for req in done:
+                self._running.remove(req)
+                if not req.future.done():
+                    req.future.set_result(None)
+        self._loop_task = None
+
+    async def complete(self, messages: list[dict[str, Any]], action: str) -> Completion:
+        """Wait the simulated latency of generating ``action`` for ``messages``."""
+        n_in = _tokens(messages)
+        n_out = max(8, len(action) // 4 + self._rng.randint(20, 160))  # reasoning tokens
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append(_Req(n_in, n_out, fut))
+        if self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._serve())
+        await fut
+        return Completion(action, n_in, n_out, "stop", self.model)
+
+    async def aclose(self) -> None:
+        if self._loop_task is not None:
+            await self._loop_task
+
+
+@dataclass
+class OpenAIEngine:
+    """Any OpenAI-compatible server's ``/v1/chat/completions``; sends ``traceparent``."""
+
+    base_url: str
+    model: str
+    max_tokens: int = 256
+    timeout_s: float = 120.0
+    api_key: str | None = None
+
+    def _url(self) -> str:
+        url = self.base_url.rstrip("/")
+        if not url.endswith("/v1"):
+            url += "/v1"
+        return url + "/chat/completions"
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+        req = urllib.request.Request(self._url(), data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+
+    async def complete(self, messages: list[dict[str, Any]], action: str | None = None) -> Completion:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        propagate.inject(headers)  # the current span is the generate span
+        body = json.dumps(
+            {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
+        ).encode()
+        data = await asyncio.to_thread(self._post, body, headers)
+        choice = (data.get("choices") or [{}])[0]
+        usage = data.get("usage") or {}
+        return Completion(
+            text=(choice.get("message") or {}).get("content") or "",
+            input_tokens=int(usage.get("prompt_tokens", _tokens(messages))),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+            finish_reason=choice.get("finish_reason") or "stop",
+            model=data.get("model"),
+        )
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,230 @@
+"""The demo workload: concurrent trajectories on real skyrl-gym envs, traced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from otel_rollout._breakdown import Breakdown
+from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._summary import BreakdownCollector
+from otel_rollout._tracer import RolloutTracer
+
+ENVS = ("gsm8k_multi_turn", "text2sql")
+SERVICE = "otel-rollout-demo"
+
+
+def _data(name: str) -> str:
+    return resources.files("otel_rollout").joinpath("data", name).read_text(encoding="utf-8")
+
+
+def gsm8k_tasks() -> list[dict[str, str]]:
+    return [json.loads(ln) for ln in _data("gsm8k.jsonl").splitlines() if ln.strip()]
+
+
+def build_sql_db(root: Path) -> tuple[Path, dict[str, Any]]:
+    """Create the demo's SQLite database in the layout text2sql wants; returns db_path."""
+    spec = json.loads(_data("text2sql.json"))
+    db_id = spec["db_id"]
+    d = root / "spider" / "database" / db_id
+    d.mkdir(parents=True, exist_ok=True)
+    f = d / f"{db_id}.sqlite"
+    if f.exists():
+        f.unlink()
+    con = sqlite3.connect(f)
+    for stmt in spec["schema"]:
+        con.execute(stmt)
+    for table, rows in spec["rows"].items():
+        marks = ",".join("?" * len(rows[0]))
+        con.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    con.commit()
+    con.close()
+    return root, spec
+
+
+@dataclass
+class Providers:
+    tracer: RolloutTracer
+    collector: BreakdownCollector
+    trace_file: Path
+    shutdown: Any
+    configured: bool = False
+
+
+def make_providers(output_dir: Path) -> Providers:
+    """``otel_rollout.configure`` when available, else local SDK providers + JSON lines."""
+    trace_file = output_dir / "traces.jsonl"
+    if trace_file.exists():
+        trace_file.unlink()
+    try:
+        from otel_rollout import configure  # type: ignore[attr-defined]
+    except ImportError:
+        configure = None
+    if configure is not None:
+        try:
+            h = configure(local=True, output_dir=str(output_dir), service_name=SERVICE)
+            return Providers(h.tracer, h.collector, Path(h.trace_file), h.shutdown, True)
+        except TypeError:
+            pass
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from otel_rollout._otlp_json import OTLPJsonLinesSpanExporter
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SERVICE)})
+    mp = MeterProvider(resource=resource)
+    collector = BreakdownCollector()
+    tp = TracerProvider(resource=resource)
+    tp.add_span_processor(BreakdownProcessor(mp, on_breakdown=collector))
+    tp.add_span_processor(BatchSpanProcessor(OTLPJsonLinesSpanExporter(trace_file)))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    ):
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        except ImportError:
+            pass
+
+    def shutdown() -> None:
+        tp.shutdown()
+        mp.shutdown()
+
+    return Providers(RolloutTracer(tp, mp), collector, trace_file, shutdown)
+
+
+@dataclass
+class DemoResult:
+    breakdowns: list[Breakdown]
+    trace_file: Path
+    rewards: dict[str, float] = field(default_factory=dict)
+    errors: int = 0
+
+
+def _gsm8k_action(rng: random.Random, answer: str, turn: int) -> str:
+    correct = rng.random() < 0.35 + 0.25 * turn
+    value = answer if correct else str(int(float(answer)) + rng.randint(1, 9))
+    return f"Let me work through it step by step... so the total is {value}.\n#### {value}"
+
+
+def _sql_action(rng: random.Random, task: dict[str, str], turn: int, last: bool) -> str:
+    if last or (turn > 0 and rng.random() < 0.6):
+        sql = task["sql"] if rng.random() < 0.8 else task["wrong"]
+        return f"<think>The query answers it.</think>\n<solution>{sql}</solution>"
+    sql = task["wrong"] if rng.random() < 0.4 else task["sql"]
+    return f"<think>Let me look at the data first.</think>\n<sql>{sql}</sql>"
+
+
+async def _trajectory(
+    i: int, env_class: str, prov: Providers, engine: Any, ctx: dict[str, Any], sem, seed: int
+) -> float:
+    import skyrl_gym
+
+    rng = random.Random(seed * 1_000_003 + i)
+    async with sem:
+        model = getattr(engine, "model", None)
+        async with prov.tracer.trajectory(
+            f"{env_class}-{i}", env=env_class, model=model, instance_id=i, repetition_id=0
+        ) as traj:
+            if env_class == "gsm8k_multi_turn":
+                task = ctx["gsm8k"][i % len(ctx["gsm8k"])]
+                max_turns = rng.randint(1, 3)
+                extras = {"reward_spec": {"ground_truth": task["answer"]}, "max_turns": max_turns}
+                env_config = None
+                prompt = [{"role": "user", "content": task["question"]}]
+            else:
+                task = ctx["sql"]["tasks"][i % len(ctx["sql"]["tasks"])]
+                max_turns = rng.randint(2, 4)
+                extras = {
+                    "db_id": ctx["sql"]["db_id"],
+                    "reward_spec": {"ground_truth": task["sql"]},
+                    "data": "spider",
+                    "max_turns": max_turns,
+                }
+                env_config = SimpleNamespace(db_path=str(ctx["db_path"]))
+                schema = "\n".join(ctx["sql"]["schema"])
+                prompt = [{"role": "user", "content": f"{schema}\n\n{task['question']}"}]
+            async with traj.env_setup():
+                env = await asyncio.to_thread(
+                    skyrl_gym.make, env_class, env_config=env_config, extras=extras
+                )
+                chat, _ = await asyncio.to_thread(env.init, prompt)
+                chat = list(chat)
+            reward = 0.0
+            for turn in range(max_turns):
+                if env_class == "gsm8k_multi_turn":
+                    action = _gsm8k_action(rng, task["answer"], turn)
+                else:
+                    action = _sql_action(rng, task, turn, turn == max_turns - 1)
+                async with traj.generate(max_tokens=512) as gen:
+                    out = await engine.complete(chat, action)
+                    gen.record(
+                        input_tokens=out.input_tokens,
+                        output_tokens=out.output_tokens,
+                        finish_reason=out.finish_reason,
+                        response_model=out.model,
+                    )
+                chat.append({"role": "assistant", "content": out.text})
+                async with traj.env_step():
+                    step = await asyncio.to_thread(env.step, out.text)
+                reward += float(step["reward"])
+                chat.extend(step["observations"])
+                if step["done"]:
+                    break
+            async with traj.env_teardown():
+                await asyncio.to_thread(env.close)
+            traj.set_reward(reward)
+            return reward
+
+
+async def run_demo_async(
+    *,
+    n: int = 64,
+    concurrency: int = 16,
+    envs: tuple[str, ...] = ENVS,
+    engine: Any = None,
+    seed: int = 0,
+    output_dir: Path = Path("otel-rollout-demo"),
+    on_done: Any = None,
+) -> DemoResult:
+    from otel_rollout.demo._engine import SimEngine
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    engine = engine or SimEngine(seed=seed)
+    ctx: dict[str, Any] = {"gsm8k": gsm8k_tasks()}
+    if "text2sql" in envs:
+        ctx["db_path"], ctx["sql"] = build_sql_db(output_dir / "sql_data")
+    prov = make_providers(output_dir)
+    sem = asyncio.Semaphore(concurrency)
+    errors = 0
+    rewards: dict[str, list[float]] = {}
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        env_class = envs[i % len(envs)]
+        try:
+            r = await _trajectory(i, env_class, prov, engine, ctx, sem, seed)
+            rewards.setdefault(env_class, []).append(r)
+        except Exception:
+            errors += 1
+        if on_done is not None:
+            on_done()
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(n)))
+        await engine.aclose()
+    finally:
+        prov.shutdown()
+    mean = {k: sum(v) / len(v) for k, v in rewards.items() if v}
+    return DemoResult(prov.collector.drain(), prov.trace_file, mean, errors)
