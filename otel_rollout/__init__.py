@@ -15,6 +15,7 @@ from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import BreakdownCollector, group_by, summarize
+from otel_rollout._tailkeep import TailKeepProcessor
 from otel_rollout._tracer import (
     Generation,
     Phase,
@@ -40,6 +41,7 @@ __all__ = [
     "Rollout",
     "RolloutTracer",
     "SpanRecord",
+    "TailKeepProcessor",
     "Trajectory",
     "__version__",
     "bind_context",

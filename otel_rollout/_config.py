@@ -25,6 +25,7 @@ from opentelemetry import metrics, trace
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import BreakdownCollector, summarize
+from otel_rollout._tailkeep import TailKeepProcessor
 from otel_rollout._tracer import RolloutTracer
 
 TRACES_EXPORTERS = ("otlp", "file", "console", "none")
@@ -170,6 +171,7 @@ def configure(
     endpoint: str | None = None,
     protocol: str | None = None,
     sample_ratio: float | None = None,
+    tail_keep_slower_than_s: float | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     metric_export_interval_ms: int | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
@@ -272,6 +274,22 @@ def _build(opts: dict[str, Any]) -> Rollout:
     processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=opts["bands"])
     tracer_provider = TracerProvider(resource=resource, sampler=RecordingRatioSampler(ratio))
     tracer_provider.add_span_processor(processor)
+    slow = opts["tail_keep_slower_than_s"]
+    if slow is None:
+        found = _env("OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S")
+        if found is not None:
+            try:
+                slow = float(found[1])
+            except ValueError:
+                warnings.warn(f"{found[0]}={found[1]!r} is not a number of seconds; "
+                              "slow trajectories are not kept", stacklevel=3)  # fmt: skip
+
+    def export(processor: Any) -> Any:
+        # Below 100% sampling, failed, cancelled and slow trajectories are kept in full.
+        if ratio >= 1.0:
+            return processor
+        return TailKeepProcessor(processor, slower_than_s=slow)
+
     trace_file = None
     if traces_exporter == "file":
         from opentelemetry.exporter.otlp.json.file import FileSpanExporter
@@ -281,19 +299,19 @@ def _build(opts: dict[str, Any]) -> Rollout:
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         trace_file = out_dir / f"traces-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}.jsonl"
-        tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(trace_file)))
+        tracer_provider.add_span_processor(export(BatchSpanProcessor(FileSpanExporter(trace_file))))
         processor.add_sink(summary.append)
         stream = stream or sys.stderr
     elif traces_exporter == "otlp":
         exporter = _otlp_span_exporter(protocol, opts["endpoint"])
-        tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracer_provider.add_span_processor(export(BatchSpanProcessor(exporter)))
     elif traces_exporter == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
         tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
     settings = {"traces_exporter": traces_exporter, "metrics_exporter": metrics_exporter,
-                "protocol": protocol, "sample_ratio": ratio, "service_name": name,
-                "run_id": run_id}  # fmt: skip
+                "protocol": protocol, "sample_ratio": ratio, "tail_keep_slower_than_s": slow,
+                "service_name": name, "run_id": run_id}  # fmt: skip
     return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
                    collector, processor, trace_file, settings=settings, summary_stream=stream,
                    _summary=summary)  # fmt: skip

@@ -166,3 +166,27 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_sampled_file_keeps_every_failed_trajectory(tmp_path):
+    rollout = configure(local=True, output_dir=tmp_path, sample_ratio=0.0,
+                        summary_stream=io.StringIO())  # fmt: skip
+    for i in range(20):
+        try:
+            with rollout.tracer.trajectory(f"t{i}") as traj, traj.env_step():
+                if i % 5 == 0:
+                    raise ValueError("bad action")
+        except ValueError:
+            pass
+    rollout.shutdown(timeout_s=10)
+    names = [
+        s["attributes"]
+        for line in rollout.trace_file.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        if s["name"] == "trajectory"
+    ]
+    ids = sorted(a["value"]["stringValue"] for attrs in names for a in attrs
+                 if a["key"] == "rollout.trajectory.id")  # fmt: skip
+    assert ids == ["t0", "t10", "t15", "t5"]

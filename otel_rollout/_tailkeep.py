@@ -1,0 +1,152 @@
+"""In-process tail keep: export the trajectories that matter even when sampling skipped them.
+
+A Collector's tail sampler decides a fixed time after a trace's first span, which is too
+early for trajectories that run for minutes. Here the decision is made when the
+trajectory's root ends, in the process that saw every span.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from otel_rollout import _attributes as A
+from otel_rollout._errors import internal_error, warn_once
+
+_KEEP_STATUSES = frozenset({A.STATUS_ERROR, A.STATUS_CANCELLED})
+
+
+def _as_sampled(span: ReadableSpan) -> ReadableSpan:
+    ctx = span.context
+    sampled = SpanContext(
+        ctx.trace_id, ctx.span_id, ctx.is_remote, TraceFlags(TraceFlags.SAMPLED), ctx.trace_state
+    )
+    return ReadableSpan(
+        name=span.name,
+        context=sampled,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=span.attributes,
+        events=span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+class TailKeepProcessor(SpanProcessor):
+    """Wraps an export processor; also exports unsampled trajectories that failed or were slow.
+
+    Sampled spans pass straight through. Spans recorded but not sampled (RECORD_ONLY) are
+    buffered per trace; when a trajectory root ends with status ``error`` or
+    ``cancelled`` (``keep_errors``) or lasted at least ``slower_than_s``, its buffered spans
+    are exported in full, else dropped. At most ``max_buffered_spans`` are held; beyond
+    that the oldest trace's buffer is dropped and counted in ``dropped_spans``.
+    """
+
+    def __init__(
+        self,
+        export_processor: SpanProcessor,
+        *,
+        slower_than_s: float | None = None,
+        keep_errors: bool = True,
+        max_buffered_spans: int = 100_000,
+    ) -> None:
+        if slower_than_s is not None and slower_than_s < 0:
+            raise ValueError(f"slower_than_s must be >= 0 seconds, got {slower_than_s!r}")
+        if max_buffered_spans < 1:
+            raise ValueError(f"max_buffered_spans must be at least 1, got {max_buffered_spans!r}")
+        self._inner = export_processor
+        self._slow_ns = None if slower_than_s is None else int(slower_than_s * 1e9)
+        self._keep_errors = keep_errors
+        self._max = max_buffered_spans
+        self._lock = threading.Lock()
+        self._buffers: OrderedDict[int, list[ReadableSpan]] = OrderedDict()
+        self._buffered = 0
+        self.kept_trajectories = 0
+        self.dropped_spans = 0
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context.trace_flags.sampled:
+            self._inner.on_end(span)
+            return
+        try:
+            self._buffer_or_decide(span)
+        except Exception as exc:
+            internal_error("TailKeepProcessor.on_end", exc)
+
+    def _buffer_or_decide(self, span: ReadableSpan) -> None:
+        trace_id = span.context.trace_id
+        attrs = span.attributes or {}
+        with self._lock:
+            buf = self._buffers.get(trace_id)
+            if buf is None:
+                buf = self._buffers[trace_id] = []
+            buf.append(span)
+            self._buffered += 1
+            while self._buffered > self._max and self._buffers:
+                _, old = self._buffers.popitem(last=False)
+                self._buffered -= len(old)
+                self.dropped_spans += len(old)
+                warn_once(
+                    "tailkeep:overflow",
+                    "otel-rollout: tail-keep buffer full; dropping the oldest unsampled "
+                    "traces (counted in dropped_spans)",
+                )
+            if A.TRAJECTORY_ID not in attrs:
+                return
+            buf = self._buffers.get(trace_id)
+            if buf is None:  # dropped for room: nothing of this trajectory is left to keep
+                return
+            keep = self._keep_errors and attrs.get(A.STATUS) in _KEEP_STATUSES
+            if not keep and self._slow_ns is not None:
+                keep = (span.end_time or 0) - (span.start_time or 0) >= self._slow_ns
+            # Spans of this trajectory are in the buffer; siblings in the same trace (other
+            # trajectories of one batch span) are released only with their own roots.
+            root_id = span.context.span_id
+            mine = _descendants(buf, root_id)
+            rest = [s for s in buf if s.context.span_id not in mine]
+            chosen = [s for s in buf if s.context.span_id in mine]
+            if rest:
+                self._buffers[trace_id] = rest
+            else:
+                del self._buffers[trace_id]
+            self._buffered -= len(chosen)
+            if keep:
+                self.kept_trajectories += 1
+        if keep:
+            for s in chosen:
+                self._inner.on_end(_as_sampled(s))
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._buffers.clear()
+            self._buffered = 0
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+def _descendants(spans: list[ReadableSpan], root_id: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for s in spans:
+        if s.parent is not None:
+            children.setdefault(s.parent.span_id, []).append(s.context.span_id)
+    out, stack = {root_id}, [root_id]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in out:
+                out.add(child)
+                stack.append(child)
+    return out

@@ -1,0 +1,76 @@
+"""Tail keep: failed, cancelled and slow trajectories are exported in full when unsampled."""
+
+from __future__ import annotations
+
+import contextvars
+import time
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_rollout import (
+    BreakdownCollector,
+    BreakdownProcessor,
+    RecordingRatioSampler,
+    RolloutTracer,
+    TailKeepProcessor,
+)
+
+
+def setup(**tail):
+    exporter = InMemorySpanExporter()
+    collector = BreakdownCollector()
+    provider = TracerProvider(sampler=RecordingRatioSampler(0.0))
+    provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
+    keep = TailKeepProcessor(SimpleSpanProcessor(exporter), **tail)
+    provider.add_span_processor(keep)
+    return RolloutTracer(provider), exporter, collector, keep
+
+
+def test_errored_and_slow_trajectories_are_exported_whole_and_nothing_else():
+    tracer, exporter, collector, keep = setup(slower_than_s=0.03)
+    for i in range(30):
+        kind = "error" if i % 10 == 3 else "slow" if i % 10 == 7 else "ok"
+        try:
+            with tracer.trajectory(f"{kind}{i}") as traj:
+                with traj.generate():
+                    if kind == "slow":
+                        time.sleep(0.04)
+                with traj.env_step():
+                    if kind == "error":
+                        raise RuntimeError("tool failed")
+        except RuntimeError:
+            pass
+    spans = exporter.get_finished_spans()
+    roots = [s for s in spans if s.name == "trajectory"]
+    kept = sorted(s.attributes["rollout.trajectory.id"] for s in roots)
+    assert kept == sorted(["error3", "error13", "error23", "slow7", "slow17", "slow27"])
+    assert len(spans) == 3 * len(roots)  # each kept trajectory in full
+    root_ids = {r.context.span_id for r in roots}
+    assert all(s.parent.span_id in root_ids for s in spans if s.name != "trajectory")
+    assert all(s.context.trace_flags.sampled for s in spans)
+    assert len(collector.drain()) == 30 and keep.kept_trajectories == 6
+    assert keep._buffered == 0
+
+
+def test_buffer_is_bounded_and_counts_what_it_dropped():
+    tracer, _exporter, _, keep = setup(max_buffered_spans=10)
+
+    def open_trajectory(i):  # the root stays open: its children wait in the buffer
+        traj = tracer.trajectory(f"t{i}").__enter__()
+        with traj.generate():
+            pass
+        with traj.env_step():
+            pass
+
+    for i in range(8):
+        contextvars.copy_context().run(open_trajectory, i)
+    assert keep._buffered <= 10 and keep.dropped_spans == 16 - keep._buffered
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="slower_than_s"):
+        TailKeepProcessor(SimpleSpanProcessor(InMemorySpanExporter()), slower_than_s=-1)
