@@ -1,9 +1,60 @@
-"""The ``otel-rollout`` command line."""
+"""The ``otel-rollout`` command line: ``demo``, ``report``, ``example``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+_CLI_HINT = "pip install 'otel-rollout[cli]'"
+
+JAEGER_HINT = (
+    "Open it in Jaeger: run Jaeger (docker run --rm -p 16686:16686 -p 4318:4318 "
+    "jaegertracing/jaeger:latest), open http://localhost:16686, Search > Upload, and pick "
+    "the file (OTLP JSON); or re-run with OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318."
+)
+
+
+def _need(*modules: str) -> None:
+    missing = []
+    for m in modules:
+        try:
+            __import__(m)
+        except ImportError:
+            missing.append(m)
+    if missing:
+        raise SystemExit(
+            f"otel-rollout: this command needs {', '.join(missing)}; install with: {_CLI_HINT}"
+        )
+
+
+def _parse_time(value: str) -> int:
+    """ISO 8601 time (or unix seconds) as unix nanoseconds."""
+    try:
+        return int(float(value) * 1e9)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO time or unix seconds: {value!r}") from exc
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1e9)
+
+
+def _parse_bands(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        phase, sep, band = item.partition("=")
+        if not sep:
+            raise SystemExit(f"otel-rollout: --band expects PHASE=BAND, got {item!r}")
+        out[phase] = band
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +66,53 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("example", help="run a small traced rollout and print its breakdown")
     ex.add_argument("-n", "--trajectories", type=int, default=16, help="trajectories to run")
     ex.set_defaults(func=_example)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run a traced concurrent rollout on real skyrl-gym envs; table, trace, pictures",
+        description=(
+            "Run concurrent trajectories on skyrl-gym's gsm8k_multi_turn and text2sql envs "
+            "(a SQLite database is created in the output dir) against a simulated "
+            "continuous-batching inference server (--engine sim) or any OpenAI-compatible "
+            "server (--engine openai). Writes an OTLP JSON lines trace file, a PNG and an "
+            "HTML page. Also exports over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."
+        ),
+    )
+    demo.add_argument("-n", "--trajectories", type=int, default=64)
+    demo.add_argument("--concurrency", type=int, default=16)
+    demo.add_argument(
+        "--envs", default="gsm8k_multi_turn,text2sql", help="comma-separated env classes"
+    )
+    demo.add_argument("--engine", choices=("sim", "openai"), default="sim")
+    demo.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
+    demo.add_argument("--model", help="model name for --engine openai")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--output-dir", default="otel-rollout-demo", type=Path)
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.set_defaults(func=_demo)
+
+    rep = sub.add_parser(
+        "report",
+        help="recompute breakdowns from a trace file, Jaeger or Tempo",
+        description=(
+            "Read traces back and recompute each trajectory's breakdown with the same "
+            "function the online processor uses. PATH_OR_URL: an OTLP JSON lines file; a "
+            "Jaeger query URL (http://host:16686/api/traces?service=NAME); or a Tempo search "
+            "URL (http://host:3200/api/search?tags=...)."
+        ),
+    )
+    rep.add_argument("source", metavar="PATH_OR_URL")
+    rep.add_argument("--env", help="only this env class")
+    rep.add_argument("--model", help="only this model")
+    rep.add_argument("--service", help="only traces of this service.name")
+    rep.add_argument("--since", type=_parse_time, help="ISO time or unix seconds")
+    rep.add_argument("--until", type=_parse_time, help="ISO time or unix seconds")
+    rep.add_argument(
+        "--band", action="append", metavar="PHASE=BAND", help="map a phase to a band"
+    )
+    rep.add_argument("--format", choices=("table", "json"), default="table")
+    rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
+    rep.set_defaults(func=_report)
     return parser
 
 
@@ -22,6 +120,106 @@ def _example(args: argparse.Namespace) -> int:
     from otel_rollout._example import run_example
 
     run_example(args.trajectories)
+    return 0
+
+
+def _show(console, bds, phases, out_dir: Path | None, title: str) -> None:
+    from otel_rollout.demo import _render
+
+    _render.print_table(console, bds, title)
+    _render.print_slowest(console, bds)
+    if out_dir is not None and bds:
+        png, page = _render.draw(bds, phases, out_dir)
+        console.print(f"pictures: {png}  {page}")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    _need("rich", "matplotlib", "skyrl_gym")
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from otel_rollout._otlp_json import read_trace_file
+    from otel_rollout.demo._engine import OpenAIEngine, SimEngine
+    from otel_rollout.demo._run import run_demo_async
+
+    envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
+    if args.engine == "openai":
+        if not args.base_url or not args.model:
+            raise SystemExit("otel-rollout: --engine openai needs --base-url and --model")
+        engine = OpenAIEngine(args.base_url, args.model)
+    else:
+        engine = SimEngine(seed=args.seed)
+    console = Console()
+    with Progress(console=console, disable=args.no_progress, transient=True) as progress:
+        task = progress.add_task("trajectories", total=args.trajectories)
+        result = asyncio.run(
+            run_demo_async(
+                n=args.trajectories,
+                concurrency=args.concurrency,
+                envs=envs,
+                engine=engine,
+                seed=args.seed,
+                output_dir=args.output_dir,
+                on_done=lambda: progress.advance(task),
+            )
+        )
+    phases = {}
+    if result.trace_file.exists():
+        phases = {t.breakdown.trace_id: t.phases for t in read_trace_file(result.trace_file).trajectories}
+    _show(console, result.breakdowns, phases, args.output_dir, "demo (online breakdowns)")
+    if result.errors:
+        console.print(f"[red]{result.errors} trajectories failed[/red]")
+    console.print(f"mean reward: {result.rewards}")
+    console.print(f"trace file: {result.trace_file}")
+    console.print(f"recompute offline: otel-rollout report {result.trace_file}")
+    console.print(JAEGER_HINT)
+    return 0 if not result.errors else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from otel_rollout._otlp_json import TraceReadError
+    from otel_rollout._summary import summarize
+    from otel_rollout.demo._sources import read_source
+
+    try:
+        result = read_source(args.source, bands=_parse_bands(args.band), service=args.service)
+    except TraceReadError as exc:
+        print(f"otel-rollout report: {exc}", file=sys.stderr)
+        return 2
+    trajs = [
+        t
+        for t in result.trajectories
+        if (args.env is None or t.breakdown.env_class == args.env)
+        and (args.model is None or t.breakdown.model == args.model)
+        and (args.since is None or t.breakdown.start_time_ns >= args.since)
+        and (args.until is None or t.breakdown.start_time_ns <= args.until)
+    ]
+    bds = [t.breakdown for t in trajs]
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if args.format == "json":
+        out = summarize(bds)
+        out["trajectories"] = len(bds)
+        out["incomplete"] = len(result.incomplete)
+        print(json.dumps(out, indent=2, sort_keys=True))
+        if result.incomplete:
+            print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
+        return 0
+    _need("rich")
+    if args.output_dir is not None:
+        _need("matplotlib")
+    from rich.console import Console
+
+    console = Console()
+    _show(console, bds, {t.breakdown.trace_id: t.phases for t in trajs}, args.output_dir,
+          f"report: {args.source}")  # fmt: skip
+    if result.incomplete:
+        console.print(
+            f"[yellow]{len(result.incomplete)} incomplete trajectories (root span missing or "
+            f"unfinished):[/yellow] {' '.join(result.incomplete)}"
+        )
     return 0
 
 

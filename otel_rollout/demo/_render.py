@@ -1,0 +1,139 @@
+"""Table (rich), pictures (matplotlib, Agg) and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from otel_rollout import _attributes as A
+from otel_rollout._breakdown import Breakdown, PhaseInterval
+from otel_rollout._summary import group_by, summarize
+
+COLORS = {
+    "llm": "#4C72B0",
+    "env": "#55A868",
+    "env_setup": "#C44E52",
+    "env_teardown": "#8172B2",
+    "other": "#CCB974",
+}
+
+
+def table_rows(bds: Sequence[Breakdown]) -> list[tuple[str, int, list[str], str]]:
+    rows = []
+    for env_class, items in sorted(group_by(bds).items(), key=lambda kv: str(kv[0])):
+        s = summarize(items, prefix="")
+        cells = []
+        for key in ("completion", "llm", "env", "env_setup", "env_teardown", "other"):
+            m, p, x = (s[f"trajectory_time_{key}_{st}"] for st in ("mean", "p90", "max"))
+            cells.append(f"{m:.3f} / {p:.3f} / {x:.3f}")
+        rows.append((str(env_class), len(items), cells, f"{s['frac_time_in_env']:.3f}"))
+    return rows
+
+
+HEADERS = ["env class", "n", "e2e", "llm", "env", "env_setup", "env_teardown", "other", "frac env"]
+
+
+def print_table(console, bds: Sequence[Breakdown], title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{title}  (seconds: mean / p90 / max)")
+    for h in HEADERS:
+        t.add_column(h, justify="right" if h != "env class" else "left")
+    for env_class, n, cells, frac in table_rows(bds):
+        t.add_row(env_class, str(n), *cells, frac)
+    console.print(t)
+
+
+def slowest(bds: Sequence[Breakdown], k: int = 5) -> list[Breakdown]:
+    return sorted(bds, key=lambda b: b.e2e, reverse=True)[:k]
+
+
+def print_slowest(console, bds: Sequence[Breakdown], k: int = 5) -> None:
+    from rich.table import Table
+
+    t = Table(title="slowest trajectories")
+    for h in ("trajectory", "env class", "e2e s", "llm", "env", "env_setup", "turns", "trace id"):
+        t.add_column(h)
+    for b in slowest(bds, k):
+        t.add_row(
+            b.trajectory_id, str(b.env_class), f"{b.e2e:.3f}", f"{b.llm:.3f}", f"{b.env:.3f}",
+            f"{b.env_setup:.3f}", str(b.turns), b.trace_id,
+        )  # fmt: skip
+    console.print(t)
+
+
+def draw(
+    bds: Sequence[Breakdown],
+    phases: dict[str, list[PhaseInterval]],
+    out_dir: Path,
+    stem: str = "breakdown",
+    k: int = 5,
+) -> tuple[Path, Path]:
+    """Stacked bars per env class + a timeline of the slowest ``k``; PNG and HTML."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted(group_by(bds).items(), key=lambda kv: str(kv[0]))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    x = np.arange(len(groups))
+    bottom = np.zeros(len(groups))
+    for band in A.ALL_BANDS:
+        vals = np.array([np.mean([getattr(b, band) for b in items]) for _, items in groups])
+        ax1.bar(x, vals, bottom=bottom, label=band, color=COLORS[band])
+        bottom += vals
+    ax1.set_xticks(x, [str(g) for g, _ in groups])
+    ax1.set_ylabel("mean seconds per trajectory")
+    ax1.set_title("where trajectory time goes, per env class")
+    ax1.legend()
+    top = slowest(bds, k)
+    t0 = min((b.start_time_ns for b in top), default=0)
+    for row, b in enumerate(top):
+        ax2.broken_barh(
+            [((b.start_time_ns - t0) / 1e9, b.e2e)], (row - 0.4, 0.8), color="#eeeeee"
+        )
+        for ph in phases.get(b.trace_id, []):
+            band = ph.phase if ph.phase in COLORS else "other"
+            ax2.broken_barh(
+                [((ph.start_ns - t0) / 1e9, (ph.end_ns - ph.start_ns) / 1e9)],
+                (row - 0.35, 0.7),
+                color=COLORS[band],
+            )
+    ax2.set_yticks(range(len(top)), [f"{b.trajectory_id}\n{b.trace_id[:8]}" for b in top])
+    ax2.invert_yaxis()
+    ax2.set_xlabel("seconds")
+    ax2.set_title(f"timeline of the {len(top)} slowest trajectories")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / f"{stem}.png"
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    png.write_bytes(buf.getvalue())
+    b64 = base64.b64encode(buf.getvalue()).decode()
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (e, n, *cells, f)) + "</tr>"
+        for e, n, cells, f in table_rows(bds)
+    )
+    slow = "".join(
+        f"<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}</td>"
+        f"<td>{b.e2e:.3f}</td><td><code>{b.trace_id}</code></td></tr>"
+        for b in top
+    )
+    head = "".join(f"<th>{h}</th>" for h in HEADERS)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>otel-rollout breakdown</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}}</style>
+</head><body><h1>otel-rollout: trajectory time breakdown</h1>
+<img alt="breakdown" src="data:image/png;base64,{b64}">
+<h2>Per env class (seconds: mean / p90 / max)</h2><table><tr>{head}</tr>{rows}</table>
+<h2>Slowest trajectories</h2><table><tr><th>trajectory</th><th>env class</th><th>e2e s</th>
+<th>trace id</th></tr>{slow}</table></body></html>"""
+    page_path = out_dir / f"{stem}.html"
+    page_path.write_text(page, encoding="utf-8")
+    return png, page_path
