@@ -21,8 +21,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import Breakdown, PhaseInterval, SpanRecord, compute_breakdown
-from otel_rollout._breakdown import outermost_phases
+from otel_rollout._breakdown import (
+    Breakdown,
+    PhaseInterval,
+    SpanRecord,
+    compute_breakdown,
+    outermost_phases,
+)
 
 # --- writing ----------------------------------------------------------------------------
 
@@ -210,9 +215,7 @@ def _otlp_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
                         start_ns=int(sp.get("startTimeUnixNano") or 0),
                         end_ns=end or None,
                         attributes=_attrs(sp.get("attributes")),
-                        status_code=StatusCode.ERROR
-                        if code in (2, "STATUS_CODE_ERROR")
-                        else None,
+                        status_code=StatusCode.ERROR if code in (2, "STATUS_CODE_ERROR") else None,
                         service=service,
                     )
                 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 _CLI_HINT = "pip install 'otel-rollout[cli]'"
@@ -41,7 +41,7 @@ def _parse_time(value: str) -> int:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not an ISO time or unix seconds: {value!r}") from exc
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1e9)
 
 
@@ -107,9 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--service", help="only traces of this service.name")
     rep.add_argument("--since", type=_parse_time, help="ISO time or unix seconds")
     rep.add_argument("--until", type=_parse_time, help="ISO time or unix seconds")
-    rep.add_argument(
-        "--band", action="append", metavar="PHASE=BAND", help="map a phase to a band"
-    )
+    rep.add_argument("--band", action="append", metavar="PHASE=BAND", help="map a phase to a band")
     rep.add_argument("--format", choices=("table", "json"), default="table")
     rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
     rep.set_defaults(func=_report)
@@ -167,7 +165,9 @@ def _demo(args: argparse.Namespace) -> int:
         )
     phases = {}
     if result.trace_file.exists():
-        phases = {t.breakdown.trace_id: t.phases for t in read_trace_file(result.trace_file).trajectories}
+        phases = {
+            t.breakdown.trace_id: t.phases for t in read_trace_file(result.trace_file).trajectories
+        }
     _show(console, result.breakdowns, phases, args.output_dir, "demo (online breakdowns)")
     if result.errors:
         console.print(f"[red]{result.errors} trajectories failed[/red]")

@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -13,11 +14,11 @@ pytest.importorskip("skyrl_gym")
 pytest.importorskip("matplotlib")
 pytest.importorskip("rich")
 
-from otel_rollout import _attributes as A  # noqa: E402
-from otel_rollout._otlp_json import read_spans_file, read_trace_file  # noqa: E402
-from otel_rollout.cli import main  # noqa: E402
-from otel_rollout.demo._engine import OpenAIEngine  # noqa: E402
-from otel_rollout.demo._run import run_demo_async  # noqa: E402
+from otel_rollout import _attributes as A
+from otel_rollout._otlp_json import read_spans_file, read_trace_file
+from otel_rollout.cli import main
+from otel_rollout.demo._engine import OpenAIEngine
+from otel_rollout.demo._run import run_demo_async
 
 
 def test_demo_cli_end_to_end(tmp_path, capsys):
@@ -50,9 +51,9 @@ def test_report_equals_online_breakdowns(tmp_path):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert body["messages"]
         _Handler.seen.append(self.headers.get("traceparent", ""))

@@ -118,7 +118,9 @@ class OpenAIEngine:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             return json.loads(resp.read().decode("utf-8"))
 
-    async def complete(self, messages: list[dict[str, Any]], action: str | None = None) -> Completion:
+    async def complete(
+        self, messages: list[dict[str, Any]], action: str | None = None
+    ) -> Completion:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"

@@ -95,9 +95,7 @@ def draw(
     top = slowest(bds, k)
     t0 = min((b.start_time_ns for b in top), default=0)
     for row, b in enumerate(top):
-        ax2.broken_barh(
-            [((b.start_time_ns - t0) / 1e9, b.e2e)], (row - 0.4, 0.8), color="#eeeeee"
-        )
+        ax2.broken_barh([((b.start_time_ns - t0) / 1e9, b.e2e)], (row - 0.4, 0.8), color="#eeeeee")
         for ph in phases.get(b.trace_id, []):
             band = ph.phase if ph.phase in COLORS else "other"
             ax2.broken_barh(
@@ -127,8 +125,12 @@ def draw(
         for b in top
     )
     head = "".join(f"<th>{h}</th>" for h in HEADERS)
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>otel-rollout breakdown</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}}</style>
+    style = (
+        "body{font-family:sans-serif;margin:2em}"
+        "td,th{padding:4px 8px;border-bottom:1px solid #ddd;text-align:right}"
+    )
+    page = f"""<!doctype html><html><head><meta charset="utf-8">
+<title>otel-rollout breakdown</title><style>{style}</style>
 </head><body><h1>otel-rollout: trajectory time breakdown</h1>
 <img alt="breakdown" src="data:image/png;base64,{b64}">
 <h2>Per env class (seconds: mean / p90 / max)</h2><table><tr>{head}</tr>{rows}</table>

@@ -55,8 +55,12 @@ def read_source(
         else:
             url = source
             if "/api/traces" not in url:
-                url = url.rstrip("/") + "/api/traces?" + urllib.parse.urlencode(
-                    {"service": service or "otel-rollout-demo", "limit": 10000}
+                url = (
+                    url.rstrip("/")
+                    + "/api/traces?"
+                    + urllib.parse.urlencode(
+                        {"service": service or "otel-rollout-demo", "limit": 10000}
+                    )
                 )
             try:
                 spans = spans_from_document(_get(url))
