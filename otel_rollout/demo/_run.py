@@ -70,8 +70,25 @@ def make_providers(output_dir: Path) -> Providers:
         configure = None
     if configure is not None:
         try:
-            h = configure(local=True, output_dir=str(output_dir), service_name=SERVICE)
-            return Providers(h.tracer, h.collector, Path(h.trace_file), h.shutdown, True)
+            import io
+
+            h = configure(
+                local=True,
+                output_dir=str(output_dir),
+                service_name=os.environ.get("OTEL_SERVICE_NAME", SERVICE),
+                summary_stream=io.StringIO(),  # the demo prints its own table
+            )
+            if getattr(h, "trace_file", None):
+                return Providers(h.tracer, h.collector, Path(h.trace_file), h.shutdown, True)
+            # OTLP endpoint configured: keep a local file as well, for the report
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            from otel_rollout._otlp_json import OTLPJsonLinesSpanExporter
+
+            h.tracer_provider.add_span_processor(
+                BatchSpanProcessor(OTLPJsonLinesSpanExporter(trace_file))
+            )
+            return Providers(h.tracer, h.collector, trace_file, h.shutdown, True)
         except TypeError:
             pass
     from opentelemetry.sdk.metrics import MeterProvider
