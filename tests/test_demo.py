@@ -93,3 +93,13 @@ def test_openai_engine_propagates_traceparent(tmp_path):
         assert (trace_id, span_id) in gen
     gens = [s for s in spans if s.name == A.SPAN_GENERATE]
     assert all(s.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3 for s in gens)
+
+
+def test_demo_without_configure_uses_own_exporter(tmp_path, monkeypatch):
+    import otel_rollout
+
+    monkeypatch.delattr(otel_rollout, "configure", raising=False)
+    result = asyncio.run(run_demo_async(n=4, concurrency=2, output_dir=tmp_path))
+    assert result.trace_file == tmp_path / "traces.jsonl"
+    offline = {b.trace_id: dict(b.nanos) for b in read_trace_file(result.trace_file).breakdowns}
+    assert offline == {b.trace_id: dict(b.nanos) for b in result.breakdowns}
