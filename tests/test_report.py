@@ -199,3 +199,11 @@ def test_jaeger_and_tempo_urls(demo, capsys):
         assert rc == 0 and out["trajectories"] == 6
     finally:
         server.shutdown()
+
+
+def test_missing_cli_extra_message(monkeypatch, demo):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "rich", None)
+    with pytest.raises(SystemExit, match=r"otel-rollout\[cli\]"):
+        main(["report", str(demo.trace_file)])
