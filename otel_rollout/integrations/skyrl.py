@@ -244,7 +244,7 @@ class SkyRLInstrumentor(BaseInstrumentor):
         module = self._module
         cls = getattr(module, GENERATOR_CLASS)
         fn = cls.__dict__.get("agent_loop")
-        if isinstance(fn, wrapt.ObjectProxy):
+        if hasattr(fn, "__wrapped__"):
             cls.agent_loop = fn.__wrapped__
         gym = module.__dict__.get("skyrl_gym")
         if isinstance(gym, _GymProxy):
