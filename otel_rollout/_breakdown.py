@@ -114,6 +114,26 @@ def _union_length(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def root_labels(attrs: Mapping[str, Any], error: bool) -> tuple[str, Any, Any, dict[str, Any]]:
+    """Status, env class, model and the low-cardinality labels of a trajectory root.
+
+    ``error`` is whether the root span's status code is ERROR; an explicit
+    ``rollout.trajectory.status`` attribute wins. Shared by the processor and the report
+    so that online and offline breakdowns carry the same labels.
+    """
+    status = attrs.get(A.STATUS)
+    if not isinstance(status, str) or not status:
+        status = A.STATUS_ERROR if error else A.STATUS_OK
+    env_class = attrs.get(A.ENV_CLASS)
+    model = attrs.get(A.GEN_AI_REQUEST_MODEL)
+    labels: dict[str, Any] = {A.STATUS: status}
+    if env_class is not None:
+        labels[A.ENV_CLASS] = env_class
+    if model is not None:
+        labels[A.GEN_AI_REQUEST_MODEL] = model
+    return status, env_class, model, labels
+
+
 def compute_breakdown(
     start_ns: int,
     end_ns: int,

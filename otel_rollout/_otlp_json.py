@@ -27,6 +27,7 @@ from otel_rollout._breakdown import (
     SpanRecord,
     compute_breakdown,
     outermost_phases,
+    root_labels,
 )
 
 # --- writing ----------------------------------------------------------------------------
@@ -326,16 +327,7 @@ def breakdowns_from_spans(
                 continue
             phases = outermost_phases(root.span_id, records, end_open_at=root.end_ns)
             attrs = root.attributes
-            status = attrs.get(A.STATUS)
-            if not isinstance(status, str) or not status:
-                status = A.STATUS_ERROR if root.status_code is StatusCode.ERROR else A.STATUS_OK
-            env_class = attrs.get(A.ENV_CLASS)
-            model = attrs.get(A.GEN_AI_REQUEST_MODEL)
-            low: dict[str, Any] = {A.STATUS: status}
-            if env_class is not None:
-                low[A.ENV_CLASS] = env_class
-            if model is not None:
-                low[A.GEN_AI_REQUEST_MODEL] = model
+            status, env_class, model, low = root_labels(attrs, root.status_code is StatusCode.ERROR)
             bd = compute_breakdown(
                 root.start_ns,
                 root.end_ns,

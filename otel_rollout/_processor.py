@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan, StatusCode
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import Breakdown, compute_breakdown
+from otel_rollout._breakdown import Breakdown, compute_breakdown, root_labels
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._version import __version__
 
@@ -43,13 +43,6 @@ class _Trajectory:
         self.phases: array[int] | None = None
         self.n_open = 0  # open descendant spans tracked in the processor's open map
         self.breakdown: Breakdown | None = None
-
-
-def _status_of(attrs: Mapping[str, Any], status_code: StatusCode | None) -> str:
-    status = attrs.get(A.STATUS)
-    if isinstance(status, str) and status:
-        return status
-    return A.STATUS_ERROR if status_code is StatusCode.ERROR else A.STATUS_OK
 
 
 class BreakdownProcessor(SpanProcessor):
@@ -261,14 +254,7 @@ class BreakdownProcessor(SpanProcessor):
     ) -> Breakdown:
         merged = dict(traj.attrs)
         merged.update(attrs)
-        env_class = merged.get(A.ENV_CLASS)
-        model = merged.get(A.GEN_AI_REQUEST_MODEL)
-        status = _status_of(merged, status_code)
-        low_card = {A.STATUS: status}
-        if env_class is not None:
-            low_card[A.ENV_CLASS] = env_class
-        if model is not None:
-            low_card[A.GEN_AI_REQUEST_MODEL] = model
+        status, env_class, model, low_card = root_labels(merged, status_code is StatusCode.ERROR)
         return compute_breakdown(
             traj.start_ns,
             end_ns,
