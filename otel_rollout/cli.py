@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--output-dir", default="otel-rollout-demo", type=Path)
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the providers up SECONDS after the run, before shutdown (lets Prometheus "
+        "scrape the final values when OTEL_METRICS_EXPORTER=prometheus)",
+    )
     demo.set_defaults(func=_demo)
 
     rep = sub.add_parser(
@@ -161,6 +169,7 @@ def _demo(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 output_dir=args.output_dir,
                 on_done=lambda: progress.advance(task),
+                linger_s=args.linger,
             )
         )
     phases = {}

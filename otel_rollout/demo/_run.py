@@ -214,7 +214,10 @@ async def run_demo_async(
     seed: int = 0,
     output_dir: Path = Path("otel-rollout-demo"),
     on_done: Any = None,
+    linger_s: float = 0.0,
 ) -> DemoResult:
+    """Run ``n`` trajectories; ``linger_s`` keeps the providers up that long after the run
+    (before shutdown), so a Prometheus pull endpoint can be scraped for the final values."""
     from otel_rollout.demo._engine import SimEngine
 
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -241,6 +244,8 @@ async def run_demo_async(
     try:
         await asyncio.gather(*(one(i) for i in range(n)))
         await engine.aclose()
+        if linger_s > 0:
+            await asyncio.sleep(linger_s)
     finally:
         prov.shutdown()
     mean = {k: sum(v) / len(v) for k, v in rewards.items() if v}
