@@ -151,7 +151,7 @@ class ConsoleTreeExporter(SpanExporter):
         self._buffered = 0
         # span id -> (start ns of the tree it printed in, depth, label of that tree)
         self._printed: OrderedDict[int, tuple[int, int, str]] = OrderedDict()
-        self._flushed_traces: OrderedDict[int, None] = OrderedDict()
+        self._flushed_traces: OrderedDict[int, bool] = OrderedDict()
         self._shutdown = False
         #: Spans printed early as partial trees because the buffer was full.
         self.flushed_spans = 0
@@ -219,7 +219,7 @@ class ConsoleTreeExporter(SpanExporter):
                 self._buffered -= len(descendants)
                 if not buf.spans:
                     del self._traces[tid]
-            earlier = self._flushed_traces.pop(tid, None) is not None
+            earlier = self._flushed_traces.pop(tid, False)
             text = self._render_root(span, descendants, is_trajectory, earlier)
             self._remember(sid, span.start_time or 0, 0, self._label(span))
             return [text]
@@ -237,7 +237,7 @@ class ConsoleTreeExporter(SpanExporter):
             old_tid, old = self._traces.popitem(last=False)
             self._buffered -= len(old.spans)
             self.flushed_spans += len(old.spans)
-            self._flushed_traces[old_tid] = None
+            self._flushed_traces[old_tid] = True
             if len(self._flushed_traces) > _MAX_REMEMBERED:
                 self._flushed_traces.popitem(last=False)
             out.append(self._render_partial(old_tid, old, "buffer full"))
