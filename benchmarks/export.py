@@ -14,7 +14,7 @@ OTLP metric exporter), with the real in-process ``OTLPReceiver`` as the endpoint
     while the export thread finishes its retries in the background (its threads are
     daemons and mostly sleep in back-off; they can add a little CPU to later runs).
 
-    python benchmarks/export.py [--trajectories 500] [--loop-trajectories 100] [--turns 10]
+    python benchmarks/export.py [--trajectories 300] [--loop-trajectories 100] [--turns 10]
                                 [--repeats 5] [--concurrency 4]
 """
 
@@ -170,8 +170,8 @@ def part_b(receiver: OTLPReceiver, n: int, turns: int, repeats: int, concurrency
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trajectories", type=int, default=500,
-                        help="trajectories per CPU run, part (a) (default 500)")  # fmt: skip
+    parser.add_argument("--trajectories", type=int, default=300,
+                        help="trajectories per CPU run, part (a) (default 300)")  # fmt: skip
     parser.add_argument("--loop-trajectories", type=int, default=100,
                         help="trajectories per agent-loop run, part (b) (default 100)")  # fmt: skip
     parser.add_argument("--turns", type=int, default=10, help="turns per trajectory (default 10)")

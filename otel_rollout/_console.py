@@ -160,10 +160,10 @@ class ConsoleTreeExporter(SpanExporter):
 
     # --- SpanExporter -------------------------------------------------------------------
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
         try:
             with self._lock:
+                if self._shutdown:
+                    return SpanExportResult.FAILURE
                 chunks = [c for span in spans for c in self._accept_locked(span)]
         except Exception as exc:
             internal_error("ConsoleTreeExporter.export", exc)
@@ -172,11 +172,11 @@ class ConsoleTreeExporter(SpanExporter):
 
     def shutdown(self) -> None:
         """Print every trace still buffered as a partial tree, then stop accepting spans."""
-        if self._shutdown:
-            return
-        self._shutdown = True
         try:
             with self._lock:
+                if self._shutdown:
+                    return
+                self._shutdown = True
                 chunks = []
                 while self._traces:
                     tid, buf = self._traces.popitem(last=False)
