@@ -521,6 +521,9 @@ def traced(
                 after()
 
     functools.update_wrapper(wrapper, fn)
+    # Ray unwraps actor methods (inspect.unwrap) to read their signature: without
+    # ``__wrapped__`` it reads ``__signature__``, which accepts the carrier keyword.
+    del wrapper.__wrapped__
     if sig is not None:
         wrapper.__signature__ = sig  # type: ignore[attr-defined]
     return wrapper
