@@ -114,7 +114,7 @@ async def test_offsets_are_from_the_root_start_and_increase_with_start_time():
         raise AssertionError(text)
 
     values = [seconds(o) for o in offsets]
-    assert values == sorted(values) and values[0] < 0.002 < values[1]
+    assert values == sorted(values) and values[1] >= 0.002  # after the 2 ms env_setup
 
 
 async def test_nested_spans_are_indented_one_level_deeper_than_their_parent():
