@@ -8,6 +8,7 @@ breakdowns come back to the driver with the results and through the gatherer act
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pickle
 import subprocess
@@ -28,14 +29,14 @@ ray = pytest.importorskip("ray")
 N_TASKS, N_SYNC, N_ASYNC, N_STREAM = 4, 4, 2, 2
 N = N_TASKS + N_SYNC + N_ASYNC + N_STREAM
 
-HOOK_MODULE = '''
+HOOK_MODULE = """
 import os
 from otel_rollout.integrations import ray as otel_ray
 
 def hook():
     # Runs after otel-rollout's hook: the worker is configured by now.
     os.environ["USER_HOOK_RAN"] = "configured" if otel_ray.rollout() is not None else "no"
-'''
+"""
 
 
 # --- work run in the workers ---------------------------------------------------------------
@@ -283,7 +284,9 @@ async def test_traced_parents_every_kind_of_callable_to_the_callers_span():
 
 
 def test_string_hook_configures_workers_and_keeps_the_users_env(cluster):
-    assert cluster["env"]["worker_process_setup_hook"] == "otel_rollout.integrations.ray.setup_worker"
+    hook = cluster["env"]["worker_process_setup_hook"]
+    assert hook == "otel_rollout.integrations.ray.setup_worker"
+    json.dumps(cluster["env"])  # what the Job Submission API accepts
     got = ray.get(probe.remote())
     assert got["configured"]
     assert got["user_var"] == "kept"
@@ -294,6 +297,7 @@ def test_string_hook_configures_workers_and_keeps_the_users_env(cluster):
     res = got["provider_resource"]
     assert res["ray.node.id"] == node and res["ray.worker.id"] == got["resource"]["ray.worker.id"]
     assert res["service.name"] == "ray-test-worker" and res["rollout.run.id"] == "run-7"
+    assert res["service.instance.id"] == res["ray.worker.id"]
 
 
 def test_trajectories_in_tasks_and_actors_nest_under_the_drivers_batch(cluster):

@@ -274,7 +274,8 @@ def setup_worker() -> None:
     """The ``worker_process_setup_hook``: configure otel-rollout once in this process.
 
     Calls :func:`otel_rollout.configure` (global providers, so ``otel_rollout.trajectory``
-    works in tasks) with :func:`resource_attributes`, keeps the handle for :func:`rollout`,
+    works in tasks) with :func:`resource_attributes` and ``service.instance.id`` set to
+    the worker id, keeps the handle for :func:`rollout`,
     :func:`flush` and :func:`drain`, and registers an exit handler that flushes and shuts
     the providers down within :data:`EXIT_TIMEOUT_S`. A failure to configure is logged and
     the worker runs without telemetry. Then runs ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` if set.
@@ -287,7 +288,12 @@ def setup_worker() -> None:
 
                 handle = _config._global
                 if handle is None:
-                    handle = _config.configure(resource_attributes=resource_attributes())
+                    attrs: dict[str, Any] = resource_attributes()
+                    if "ray.worker.id" in attrs:
+                        # One series per worker process: OTLP-to-Prometheus maps this to
+                        # ``instance``, so cumulative histograms of workers never collide.
+                        attrs["service.instance.id"] = attrs["ray.worker.id"]
+                    handle = _config.configure(resource_attributes=attrs)
                 _rollout = handle
                 atexit.register(_at_exit)
             except Exception as err:
