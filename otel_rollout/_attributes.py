@@ -75,6 +75,8 @@ METRIC_TURNS: Final = "rollout.trajectory.turns"
 METRIC_ACTIVE: Final = "rollout.trajectory.active"
 METRIC_EVICTED: Final = "rollout.processor.evicted"
 EVICTION_REASON: Final = "rollout.eviction.reason"
+METRIC_EXPORT_DROPPED: Final = "rollout.export.dropped"
+EXPORT_REASON: Final = "rollout.export.reason"
 
 #: Seconds-based buckets that reach hours: agentic trajectories can run for a long time.
 DURATION_BUCKETS: Final = (

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from opentelemetry import metrics, trace
 
+from otel_rollout._export import ExportStats, guarded_batch_processor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import BreakdownCollector, summarize
@@ -97,6 +98,31 @@ def _ratio(arg: float | None) -> float:
         return 1.0
 
 
+def _float_setting(arg: float | None, name: str, what: str, accepted: str,
+                   low: float, high: float | None) -> float | None:  # fmt: skip
+    """An optional number: a bad argument raises, a bad variable warns and is ignored."""
+
+    def ok(v: float) -> bool:
+        return v >= low if high is None else low < v < high
+
+    if arg is not None:
+        if isinstance(arg, bool) or not isinstance(arg, int | float) or not ok(float(arg)):
+            raise ConfigError(f"{what}={arg!r} is not accepted: expected {accepted}")
+        return float(arg)
+    found = _env(name)
+    if found is None:
+        return None
+    try:
+        value = float(found[1])
+    except ValueError:
+        value = float("nan")
+    if value != value or not ok(value):
+        warnings.warn(f"{name}={found[1]!r} is not accepted (expected {accepted}); ignored",
+                      stacklevel=4)  # fmt: skip
+        return None
+    return value
+
+
 def _int_env(name: str, default: int) -> int:
     found = _env(name)
     if found is None:
@@ -122,6 +148,19 @@ class Rollout:
     settings: dict[str, Any] = field(default_factory=dict)
     summary_stream: TextIO | None = None
     _summary: list = field(default_factory=list, repr=False)
+    _export: list = field(default_factory=list, repr=False)
+
+    @property
+    def export_stats(self) -> ExportStats:
+        """Spans exported, dropped (queue full, export failed) and pending, all pipelines."""
+        total = ExportStats()
+        for p in self._export:
+            s = p.stats
+            total.exported += s.exported
+            total.dropped_queue_full += s.dropped_queue_full
+            total.dropped_export_failed += s.dropped_export_failed
+            total.pending += s.pending
+        return total
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         ms = int(timeout_s * 1000)
@@ -172,6 +211,7 @@ def configure(
     protocol: str | None = None,
     sample_ratio: float | None = None,
     tail_keep_slower_than_s: float | None = None,
+    tail_keep_percentile: float | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     metric_export_interval_ms: int | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
@@ -208,7 +248,6 @@ def _build(opts: dict[str, Any]) -> Rollout:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     collector = BreakdownCollector()
     disabled = _env("OTEL_ROLLOUT_DISABLED", "OTEL_SDK_DISABLED")
@@ -274,21 +313,31 @@ def _build(opts: dict[str, Any]) -> Rollout:
     processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=opts["bands"])
     tracer_provider = TracerProvider(resource=resource, sampler=RecordingRatioSampler(ratio))
     tracer_provider.add_span_processor(processor)
-    slow = opts["tail_keep_slower_than_s"]
-    if slow is None:
-        found = _env("OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S")
-        if found is not None:
-            try:
-                slow = float(found[1])
-            except ValueError:
-                warnings.warn(f"{found[0]}={found[1]!r} is not a number of seconds; "
-                              "slow trajectories are not kept", stacklevel=3)  # fmt: skip
+    slow = _float_setting(
+        opts["tail_keep_slower_than_s"],
+        "OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S",
+        "tail_keep_slower_than_s",
+        "a number of seconds >= 0",
+        0.0,
+        None,
+    )
+    pct = _float_setting(
+        opts["tail_keep_percentile"],
+        "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE",
+        "tail_keep_percentile",
+        "a percentile in (0, 100), e.g. 99",
+        0.0,
+        100.0,
+    )
+    export_processors: list[Any] = []
 
-    def export(processor: Any) -> Any:
+    def export(exporter: Any, target: str) -> Any:
+        processor = guarded_batch_processor(exporter, meter_provider, target=target)
+        export_processors.append(processor)
         # Below 100% sampling, failed, cancelled and slow trajectories are kept in full.
         if ratio >= 1.0:
             return processor
-        return TailKeepProcessor(processor, slower_than_s=slow)
+        return TailKeepProcessor(processor, slower_than_s=slow, slower_than_percentile=pct)
 
     trace_file = None
     if traces_exporter == "file":
@@ -299,22 +348,36 @@ def _build(opts: dict[str, Any]) -> Rollout:
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         trace_file = out_dir / f"traces-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}.jsonl"
-        tracer_provider.add_span_processor(export(BatchSpanProcessor(FileSpanExporter(trace_file))))
+        tracer_provider.add_span_processor(export(FileSpanExporter(trace_file), str(trace_file)))
         processor.add_sink(summary.append)
         stream = stream or sys.stderr
     elif traces_exporter == "otlp":
         exporter = _otlp_span_exporter(protocol, opts["endpoint"])
-        tracer_provider.add_span_processor(export(BatchSpanProcessor(exporter)))
+        target = (
+            opts["endpoint"]
+            or (
+                _env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+                or ("", "the default")
+            )[1]
+        )
+        tracer_provider.add_span_processor(export(exporter, f"{target} ({protocol})"))
     elif traces_exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-        tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+        from otel_rollout._console import ConsoleTreeExporter
+
+        # Each trajectory prints as an indented tree with its breakdown, on stdout.
+        console = SimpleSpanProcessor(ConsoleTreeExporter(bands=opts["bands"]))
+        if ratio < 1.0:
+            console = TailKeepProcessor(console, slower_than_s=slow, slower_than_percentile=pct)
+        tracer_provider.add_span_processor(console)
     settings = {"traces_exporter": traces_exporter, "metrics_exporter": metrics_exporter,
                 "protocol": protocol, "sample_ratio": ratio, "tail_keep_slower_than_s": slow,
+                "tail_keep_percentile": pct,
                 "service_name": name, "run_id": run_id}  # fmt: skip
     return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
                    collector, processor, trace_file, settings=settings, summary_stream=stream,
-                   _summary=summary)  # fmt: skip
+                   _summary=summary, _export=export_processors)  # fmt: skip
 
 
 def _otlp_span_exporter(protocol: str, endpoint: str | None) -> Any:

@@ -8,9 +8,10 @@ trajectory's root ends, in the process that saw every span.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
+import numpy as np
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext, TraceFlags
 
@@ -46,9 +47,15 @@ class TailKeepProcessor(SpanProcessor):
 
     Sampled spans pass straight through. Spans recorded but not sampled (RECORD_ONLY) are
     buffered per trace; when a trajectory root ends with status ``error`` or
-    ``cancelled`` (``keep_errors``) or lasted at least ``slower_than_s``, its buffered spans
-    are exported in full, else dropped. At most ``max_buffered_spans`` are held; beyond
-    that the oldest trace's buffer is dropped and counted in ``dropped_spans``.
+    ``cancelled`` (``keep_errors``), lasted at least ``slower_than_s``, or lasted at least
+    the running ``slower_than_percentile`` of recent trajectories, its buffered spans are
+    exported in full, else dropped. At most ``max_buffered_spans`` are held; beyond that
+    the oldest trace's buffer is dropped and counted in ``dropped_spans``.
+
+    The running percentile is taken over the durations of the last ``percentile_window``
+    trajectories (sampled or not), once ``percentile_warmup`` of them have ended, and is
+    refreshed every 32 trajectories: a run's slowest tail is kept without choosing a
+    threshold in seconds up front.
     """
 
     def __init__(
@@ -56,11 +63,24 @@ class TailKeepProcessor(SpanProcessor):
         export_processor: SpanProcessor,
         *,
         slower_than_s: float | None = None,
+        slower_than_percentile: float | None = None,
         keep_errors: bool = True,
         max_buffered_spans: int = 100_000,
+        percentile_window: int = 1000,
+        percentile_warmup: int = 50,
     ) -> None:
         if slower_than_s is not None and slower_than_s < 0:
             raise ValueError(f"slower_than_s must be >= 0 seconds, got {slower_than_s!r}")
+        if slower_than_percentile is not None and not 0 < slower_than_percentile < 100:
+            raise ValueError(
+                "slower_than_percentile must be in (0, 100), e.g. 99, "
+                f"got {slower_than_percentile!r}"
+            )
+        if percentile_warmup < 1 or percentile_window < percentile_warmup:
+            raise ValueError(
+                "need 1 <= percentile_warmup <= percentile_window, got "
+                f"{percentile_warmup!r} and {percentile_window!r}"
+            )
         if max_buffered_spans < 1:
             raise ValueError(f"max_buffered_spans must be at least 1, got {max_buffered_spans!r}")
         self._inner = export_processor
@@ -70,6 +90,11 @@ class TailKeepProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._buffers: OrderedDict[int, list[ReadableSpan]] = OrderedDict()
         self._buffered = 0
+        self._pct = slower_than_percentile
+        self._recent: deque[int] = deque(maxlen=percentile_window)
+        self._warmup = percentile_warmup
+        self._pct_ns: int | None = None  # threshold from the running percentile
+        self._since_refresh = 0
         self.kept_trajectories = 0
         self.dropped_spans = 0
 
@@ -78,12 +103,30 @@ class TailKeepProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         if span.context.trace_flags.sampled:
+            if self._pct is not None and A.TRAJECTORY_ID in (span.attributes or {}):
+                with self._lock:
+                    self._observe((span.end_time or 0) - (span.start_time or 0))
             self._inner.on_end(span)
             return
         try:
             self._buffer_or_decide(span)
         except Exception as exc:
             internal_error("TailKeepProcessor.on_end", exc)
+
+    @property
+    def percentile_threshold_s(self) -> float | None:
+        """The current running-percentile threshold in seconds (None before warm-up)."""
+        return None if self._pct_ns is None else self._pct_ns / 1e9
+
+    def _observe(self, duration_ns: int) -> None:
+        # Under self._lock. The threshold in force is the one from before this trajectory.
+        self._recent.append(duration_ns)
+        self._since_refresh += 1
+        if len(self._recent) >= self._warmup and (
+            self._pct_ns is None or self._since_refresh >= 32
+        ):
+            self._pct_ns = int(np.percentile(np.fromiter(self._recent, np.int64), self._pct))
+            self._since_refresh = 0
 
     def _buffer_or_decide(self, span: ReadableSpan) -> None:
         trace_id = span.context.trace_id
@@ -105,12 +148,19 @@ class TailKeepProcessor(SpanProcessor):
                 )
             if A.TRAJECTORY_ID not in attrs:
                 return
+            duration = (span.end_time or 0) - (span.start_time or 0)
             buf = self._buffers.get(trace_id)
             if buf is None:  # dropped for room: nothing of this trajectory is left to keep
+                if self._pct is not None:
+                    self._observe(duration)
                 return
             keep = self._keep_errors and attrs.get(A.STATUS) in _KEEP_STATUSES
             if not keep and self._slow_ns is not None:
-                keep = (span.end_time or 0) - (span.start_time or 0) >= self._slow_ns
+                keep = duration >= self._slow_ns
+            if not keep and self._pct_ns is not None:
+                keep = duration >= self._pct_ns
+            if self._pct is not None:
+                self._observe(duration)
             # Spans of this trajectory are in the buffer; siblings in the same trace (other
             # trajectories of one batch span) are released only with their own roots.
             root_id = span.context.span_id

@@ -190,3 +190,19 @@ def test_sampled_file_keeps_every_failed_trajectory(tmp_path):
     ids = sorted(a["value"]["stringValue"] for attrs in names for a in attrs
                  if a["key"] == "rollout.trajectory.id")  # fmt: skip
     assert ids == ["t0", "t10", "t15", "t5"]
+
+
+def test_console_exporter_prints_each_trajectory_as_a_tree(monkeypatch, capsys):
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("NO_COLOR", "1")
+    rollout = configure(local=True)
+    run(rollout, 2)
+    rollout.shutdown(timeout_s=5)
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out
+    lines = out.splitlines()
+    roots = [i for i, line in enumerate(lines) if line.startswith("trajectory")]
+    assert len(roots) == 2
+    for i in roots:  # the root, its two phases indented under it, then the breakdown
+        assert lines[i + 1].startswith("  generate") and lines[i + 2].startswith("  env_step")
+        assert "breakdown" in lines[i + 3] and "llm" in lines[i + 3]

@@ -74,3 +74,32 @@ def test_buffer_is_bounded_and_counts_what_it_dropped():
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="slower_than_s"):
         TailKeepProcessor(SimpleSpanProcessor(InMemorySpanExporter()), slower_than_s=-1)
+
+
+def test_running_percentile_keeps_the_slow_tail_without_a_threshold_in_seconds():
+    tracer, exporter, collector, keep = setup(slower_than_percentile=95, percentile_warmup=20)
+    # 100 trajectories; every twentieth (after warm-up) sleeps far longer than the rest.
+    slow = {i for i in range(100) if i % 20 == 19 and i >= 39}
+    for i in range(100):
+        with tracer.trajectory(f"t{i}") as traj, traj.env_step():
+            time.sleep(0.03 if i in slow else 0.001)
+    roots = [s for s in exporter.get_finished_spans() if s.name == "trajectory"]
+    kept = {int(s.attributes["rollout.trajectory.id"][1:]) for s in roots}
+    assert slow <= kept  # every slow one after warm-up is exported
+    # The threshold sits near the top of the fast ones' durations: about 5% of them pass
+    # (scheduling jitter widens that on a loaded machine), far from all 96.
+    assert len(kept - slow) <= 20
+    assert keep.percentile_threshold_s is not None and keep.percentile_threshold_s < 0.03
+    assert len(collector.drain()) == 100
+
+
+def test_percentile_arguments_are_checked():
+    with pytest.raises(ValueError, match="slower_than_percentile"):
+        TailKeepProcessor(SimpleSpanProcessor(InMemorySpanExporter()), slower_than_percentile=100)
+    with pytest.raises(ValueError, match="percentile_warmup"):
+        TailKeepProcessor(
+            SimpleSpanProcessor(InMemorySpanExporter()),
+            slower_than_percentile=99,
+            percentile_warmup=10,
+            percentile_window=5,
+        )

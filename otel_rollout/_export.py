@@ -1,0 +1,227 @@
+"""Export that cannot hurt the trainer: every lost span counted, each outage logged once.
+
+``guarded_batch_processor(exporter, meter_provider)`` returns a batch span processor whose
+exporter never raises and whose losses (queue full while the endpoint is slow or down,
+batches the exporter gave up on) are counted in ``rollout.export.dropped`` and in
+:class:`ExportStats`. A failing endpoint is logged once when the outage starts and once
+when export resumes, with the number of spans lost in between, never once per span.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from otel_rollout import _attributes as A
+
+_log = logging.getLogger("otel_rollout.export")
+
+REASON_QUEUE_FULL = "queue_full"
+REASON_EXPORT_FAILED = "export_failed"
+
+
+@dataclass
+class ExportStats:
+    """Span counts of one export pipeline since it was built (sampled spans only)."""
+
+    exported: int = 0
+    dropped_queue_full: int = 0
+    dropped_export_failed: int = 0
+    pending: int = 0  # in the batch queue, not yet handed to the exporter
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_queue_full + self.dropped_export_failed
+
+
+class _Counts:
+    def __init__(self, meter_provider: Any, target: str) -> None:
+        self.lock = threading.Lock()
+        self.stats = ExportStats()
+        self.target = target
+        self.failing = False
+        self.lost_since_success = 0
+        self._counter = None
+        if meter_provider is not None:
+            meter = meter_provider.get_meter("otel_rollout")
+            self._counter = meter.create_counter(
+                A.METRIC_EXPORT_DROPPED,
+                unit="{span}",
+                description="Spans lost before reaching the trace backend, by reason",
+            )
+
+    def drop(self, n: int, reason: str) -> None:
+        if self._counter is not None and n:
+            # A metrics failure must not turn into an export failure.
+            with contextlib.suppress(Exception):
+                self._counter.add(n, {A.EXPORT_REASON: reason})
+
+
+_quiet = threading.local()
+_quieted_loggers: set[str] = set()
+
+
+class _QuietDuringOutage(logging.Filter):
+    """Drops an exporter's own per-batch error logs once the outage has been reported."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_quiet, "on", False)
+
+
+def _quiet_loggers_of(exporter: SpanExporter) -> None:
+    # The exporter logs from its module (and its base classes' modules) on every failed
+    # batch; the filter only acts on this thread, inside an export already known to fail.
+    for cls in type(exporter).__mro__:
+        name = cls.__module__
+        if name.startswith("opentelemetry.exporter") and name not in _quieted_loggers:
+            _quieted_loggers.add(name)
+            logging.getLogger(name).addFilter(_QuietDuringOutage())
+
+
+class _GuardedExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter, counts: _Counts) -> None:
+        self._inner = inner
+        self._counts = counts
+        _quiet_loggers_of(inner)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        c = self._counts
+        n = len(spans)
+        with c.lock:
+            c.stats.pending = max(0, c.stats.pending - n)
+            _quiet.on = c.failing
+        error = None
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:
+            result, error = SpanExportResult.FAILURE, exc
+        finally:
+            _quiet.on = False
+        with c.lock:
+            if result is SpanExportResult.SUCCESS:
+                c.stats.exported += n
+                resumed, lost = c.failing, c.lost_since_success
+                c.failing, c.lost_since_success = False, 0
+            else:
+                c.stats.dropped_export_failed += n
+                started = not c.failing
+                c.failing = True
+                c.lost_since_success += n
+        if result is SpanExportResult.SUCCESS:
+            if resumed:
+                _log.warning(
+                    "otel-rollout: trace export to %s resumed; %d spans were lost since it "
+                    "last succeeded (counted in %s)", c.target, lost, A.METRIC_EXPORT_DROPPED,
+                )  # fmt: skip
+            return result
+        c.drop(n, REASON_EXPORT_FAILED)
+        if started:
+            why = f": {type(error).__name__}: {error}" if error is not None else ""
+            _log.warning(
+                "otel-rollout: trace export to %s failed%s; spans are dropped and counted in "
+                "%s until it recovers (logged again only when it does)",
+                c.target, why, A.METRIC_EXPORT_DROPPED,
+            )  # fmt: skip
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception as exc:
+            _log.warning("otel-rollout: exporter shutdown failed: %s", exc)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        try:
+            return bool(self._inner.force_flush(timeout_millis))
+        except Exception:
+            return False
+
+
+class _CountingBatchProcessor(SpanProcessor):
+    """A BatchSpanProcessor that knows how full its queue is, so it can count what it drops."""
+
+    def __init__(self, exporter: SpanExporter, counts: _Counts, max_queue_size: int,
+                 **batch: Any) -> None:  # fmt: skip
+        self._counts = counts
+        self._max = max_queue_size
+        try:
+            self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size, **batch)
+        except ValueError as exc:  # e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE above the queue size
+            batch_size = min(512, max_queue_size)
+            warnings.warn(f"otel-rollout: batch span processor settings rejected ({exc}); "
+                          f"using a batch size of {batch_size}", stacklevel=4)  # fmt: skip
+            self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
+                                             max_export_batch_size=batch_size)  # fmt: skip
+
+    @property
+    def stats(self) -> ExportStats:
+        with self._counts.lock:
+            s = self._counts.stats
+            return ExportStats(s.exported, s.dropped_queue_full, s.dropped_export_failed,
+                               s.pending)  # fmt: skip
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._batch.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.context.trace_flags.sampled:
+            return  # the batch processor would skip it too
+        c = self._counts
+        with c.lock:
+            full = c.stats.pending >= self._max
+            if full:  # dropped here, counted, instead of a warning per span from the SDK
+                c.stats.dropped_queue_full += 1
+                c.lost_since_success += 1
+                first = c.stats.dropped_queue_full == 1
+            else:
+                c.stats.pending += 1
+        if full:
+            c.drop(1, REASON_QUEUE_FULL)
+            if first:
+                _log.warning(
+                    "otel-rollout: the export queue (%d spans) is full: %s takes spans slower "
+                    "than they end; new spans are dropped and counted in %s (logged once)",
+                    self._max, c.target, A.METRIC_EXPORT_DROPPED,
+                )  # fmt: skip
+            return
+        self._batch.on_end(span)
+
+    def shutdown(self) -> None:
+        self._batch.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._batch.force_flush(timeout_millis)
+
+
+def guarded_batch_processor(
+    exporter: SpanExporter,
+    meter_provider: Any = None,
+    *,
+    target: str = "the trace endpoint",
+    max_queue_size: int | None = None,
+    **batch: Any,
+) -> _CountingBatchProcessor:
+    """A batch span processor over ``exporter`` that counts and logs loss, never raises.
+
+    ``max_queue_size`` defaults to ``OTEL_BSP_MAX_QUEUE_SIZE`` or 2048 like the SDK's;
+    other keyword arguments go to :class:`BatchSpanProcessor`. The returned processor's
+    ``stats`` is an :class:`ExportStats` snapshot.
+    """
+    if max_queue_size is None:
+        try:
+            max_queue_size = int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") or 2048)
+        except ValueError:
+            max_queue_size = 2048  # the SDK reports the bad value itself
+    counts = _Counts(meter_provider, target)
+    return _CountingBatchProcessor(
+        _GuardedExporter(exporter, counts), counts, max_queue_size, **batch
+    )
