@@ -280,6 +280,24 @@ async def test_traced_parents_every_kind_of_callable_to_the_callers_span():
     assert roots["orphan"].parent is None
 
 
+def test_a_failed_push_keeps_the_breakdowns(monkeypatch, caplog):
+    handle = otel_rollout.configure(local=True, traces_exporter="none", metrics_exporter="none")
+    monkeypatch.setattr(_config, "_global", handle)
+
+    @otel_ray.traced(gather="no-such-gatherer", flush=False)
+    def work():
+        with handle.tracer.trajectory("kept") as t, t.generate():
+            pass
+        return 7
+
+    was_up = ray.is_initialized()
+    assert work() == 7  # no gatherer: the push fails, the call does not
+    assert ray.is_initialized() == was_up  # and no local cluster was started for it
+    assert [b.trajectory_id for b in otel_ray.drain()] == ["kept"]
+    assert "could not push 1 breakdowns" in caplog.text
+    handle.shutdown(timeout_s=1)
+
+
 # --- tests on the cluster ------------------------------------------------------------------
 
 

@@ -453,17 +453,23 @@ def traced(
 
     def after() -> None:
         if name:
-            ref = push(name=name)
-            if ref is not None:
-                _ray().get(ref)
+            items = drain()
+            try:
+                if items:
+                    _ray().get(push(breakdowns=items, name=name))
+            except Exception as err:
+                _gather_failed(items, name, err)
         if flush:
             _flush_now()
 
     async def after_async() -> None:
         if name:
-            ref = push(name=name)
-            if ref is not None:
-                await ref
+            items = drain()
+            try:
+                if items:
+                    await push(breakdowns=items, name=name)
+            except Exception as err:
+                _gather_failed(items, name, err)
         if flush:
             await asyncio.to_thread(_flush_now)
 
@@ -535,6 +541,21 @@ def traced(
     return wrapper
 
 
+def _gather_failed(items: list[Breakdown], name: str, err: Exception) -> None:
+    """Keep breakdowns a push could not deliver, for a later push or :func:`drain`."""
+    _log.warning(
+        "otel-rollout: could not push %d breakdowns to the gatherer %r (%s: %s); "
+        "they stay in this process for drain()",
+        len(items),
+        name,
+        type(err).__name__,
+        err,
+    )
+    handle = rollout()
+    if handle is not None:
+        handle.collector.extend(items)
+
+
 async def _anext(agen: Any) -> Any:
     return await agen.__anext__()
 
@@ -602,7 +623,10 @@ def _lookup(name: str, namespace: str | None) -> Any:
     with _handles_lock:
         handle = _handles.get((name, namespace))
     if handle is None:
-        handle = _ray().get_actor(name, namespace=namespace)
+        ray = _ray()
+        if not ray.is_initialized():  # ray.get_actor would start a local cluster
+            raise RuntimeError(f"Ray is not initialised: no gatherer {name!r} to push to")
+        handle = ray.get_actor(name, namespace=namespace)
         with _handles_lock:
             _handles[(name, namespace)] = handle
     return handle
