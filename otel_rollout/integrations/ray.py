@@ -54,7 +54,10 @@ from otel_rollout.integrations import require
 __all__ = [
     "CARRIER_KWARG",
     "GATHERER_NAME",
+    "NEXT_HOOK_ENV",
+    "SETTING_VARS",
     "SETUP_HOOK",
+    "BreakdownGatherer",
     "attached",
     "carrier",
     "drain",
