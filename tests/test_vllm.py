@@ -672,6 +672,84 @@ def test_real_vllm_extracts_our_traceparent(rollout_env):
     assert trace.get_current_span(ctx).get_span_context().span_id == span.context.span_id
 
 
+_ORDER_SCRIPT = r"""
+import asyncio, json, logging, sys, time
+from types import SimpleNamespace
+from opentelemetry import trace
+from vllm.tracing import SpanKind, extract_trace_context, init_tracer, instrument_manual
+from otel_rollout.integrations.vllm import wrap_generate
+from otel_rollout.testing import make_test_env
+from otel_rollout.testing.receiver import OTLPReceiver
+
+order = sys.argv[1]
+receiver = OTLPReceiver().start()
+env = make_test_env()
+logs = []
+class Capture(logging.Handler):
+    def emit(self, record):
+        logs.append(record.getMessage())
+logging.getLogger("otel_rollout").addHandler(Capture())
+if order == "ours-first":
+    trace.set_tracer_provider(env.tracer_provider)
+init_tracer("vllm.llm_engine", receiver.grpc_endpoint)  # what AsyncLLM.__init__ does
+
+class Engine:  # the output processor's side of a request, with vLLM's own functions
+    observability_config = SimpleNamespace(otlp_traces_endpoint=receiver.grpc_endpoint)
+    async def generate(self, prompt, sampling_params, request_id, *, trace_headers=None):
+        arrival = time.time_ns()
+        await asyncio.sleep(0.01)
+        instrument_manual(span_name="llm_request", start_time=arrival,
+                          context=extract_trace_context(trace_headers), kind=SpanKind.SERVER)
+        c = SimpleNamespace(index=0, token_ids=[7], finish_reason="stop", text="")
+        yield SimpleNamespace(prompt_token_ids=[1, 2], outputs=[c], finished=True)
+
+async def main():
+    engine = wrap_generate(Engine())
+    async with env.tracer.trajectory():
+        async for _ in engine.generate("p", SimpleNamespace(n=1), "r1"):
+            pass
+asyncio.run(main())
+trace.get_tracer_provider().force_flush()
+(gen,) = env.spans("generate")
+if order == "ours-first":
+    reqs = [[format(s.context.trace_id, "032x"), format(s.parent.span_id, "016x")]
+            for s in env.spans("llm_request")]
+else:
+    receiver.wait_for(lambda r: any(s.name == "llm_request" for s in r.spans()), 10)
+    reqs = [[s.trace_id, s.parent_span_id] for s in receiver.spans() if s.name == "llm_request"]
+receiver.stop()
+print(json.dumps({
+    "gen": [format(gen.context.trace_id, "032x"), format(gen.context.span_id, "016x")],
+    "reqs": reqs,
+    "warned": [m for m in logs if "vLLM's in-process tracing" in m],
+}))
+"""
+
+
+@pytest.mark.parametrize("order", ["ours-first", "vllm-first"])
+def test_real_vllm_tracer_init_order(order):
+    """vLLM's own init_tracer, extract_trace_context and instrument_manual, both orders."""
+    pytest.importorskip("vllm", reason="vllm is not installed here: its tracer setup not run")
+    import json
+    import os
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORDER_SCRIPT, order],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["reqs"] == [out["gen"]]  # vLLM's llm_request is the generate span's child
+    if order == "ours-first":
+        assert out["warned"] == []  # vLLM's spans ride otel-rollout's provider: one pipeline
+    else:
+        assert len(out["warned"]) == 1 and "different provider" in out["warned"][0]
+
+
 # --- the GPU check script ---
 def test_gpu_check_script_help_runs_without_vllm():
     proc = subprocess.run(

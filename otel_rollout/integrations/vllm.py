@@ -456,8 +456,7 @@ def _start_span(
     )
 
 
-async def _stream(
-    call: Callable[..., Any],
+def _begin(
     engine: Any,
     args: tuple,
     kwargs: dict,
@@ -465,18 +464,16 @@ async def _stream(
     traj: Trajectory | None,
     parent: otel_context.Context,
     opts: _Options,
-) -> Any:
-    tracer = traj._tracer if traj is not None else opts.tracer
-    _check_provider(tracer)
+) -> tuple[Generation, _Usage, tuple, dict]:
+    """Start the span and put its traceparent into the call's ``trace_headers``."""
+    _check_provider(traj._tracer if traj is not None else opts.tracer)
     caller_headers = shape.get("trace_headers", args, kwargs)
     sampling_params = shape.get("sampling_params", args, kwargs)
     request_id = shape.get("request_id", args, kwargs)
     attrs = _request_attributes(engine, sampling_params, request_id, opts.model)
     span = _start_span(traj, parent, caller_headers, attrs, opts)
-    gen = Generation(span)
     usage = _Usage(_is_delta(sampling_params), _capture_content())
-    traces = _engine_traces(engine)
-    if traces is False:
+    if _engine_traces(engine) is False:
         _warn_once(
             "engine-not-tracing",
             logging.INFO,
@@ -487,6 +484,25 @@ async def _stream(
     elif shape.accepts("trace_headers"):
         merged = _merge_headers(caller_headers, _w3c_headers(trace.set_span_in_context(span)))
         args, kwargs = shape.put("trace_headers", merged, args, kwargs)
+    return Generation(span), usage, args, kwargs
+
+
+async def _stream(
+    call: Callable[..., Any],
+    engine: Any,
+    args: tuple,
+    kwargs: dict,
+    shape: _Shape,
+    traj: Trajectory | None,
+    parent: otel_context.Context,
+    opts: _Options,
+) -> Any:
+    gen: Generation | None = None
+    usage: _Usage | None = None
+    try:
+        gen, usage, args, kwargs = _begin(engine, args, kwargs, shape, traj, parent, opts)
+    except Exception as err:  # never break the call: it goes through untraced
+        internal_error("vllm generate start", err)
     inner: Any = None
     closed_early = False
     try:
@@ -498,13 +514,14 @@ async def _stream(
         if not hasattr(inner, "__aiter__") and inspect.isawaitable(inner):
             inner = await inner
         async for out in inner:
-            try:
-                usage.add(out)
-            except Exception as err:
-                internal_error("vllm output", err)
+            if usage is not None:
+                try:
+                    usage.add(out)
+                except Exception as err:
+                    internal_error("vllm output", err)
             yield out
     except GeneratorExit:
-        closed_early = not usage.finished
+        closed_early = usage is not None and not usage.finished
         aclose = getattr(inner, "aclose", None)
         if aclose is not None:
             try:
@@ -513,16 +530,18 @@ async def _stream(
                 logger.debug("closing the vLLM stream raised %r", err)
         raise
     except BaseException as exc:
-        _record_exception(span, exc)
+        if gen is not None:
+            _record_exception(gen.span, exc)
         raise
     finally:
-        try:
-            usage.record(gen)
-            if closed_early:
-                span.set_attribute(CLOSED_EARLY, True)
-            span.end()
-        except Exception as err:
-            internal_error("vllm generate end", err)
+        if gen is not None and usage is not None:
+            try:
+                usage.record(gen)
+                if closed_early:
+                    gen.span.set_attribute(CLOSED_EARLY, True)
+                gen.span.end()
+            except Exception as err:
+                internal_error("vllm generate end", err)
 
 
 def _dispatch(
