@@ -76,6 +76,11 @@ class Breakdown:
     #: Low-cardinality attributes of the root (env class, model, status, ...).
     attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
 
+    def __reduce__(self) -> tuple[Any, tuple]:
+        # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
+        values = [getattr(self, f) for f in self.__slots__]
+        return _rebuild, ([dict(v) if isinstance(v, Mapping) else v for v in values],)
+
     def band(self, name: str) -> float:
         """The seconds of band ``name`` (one of ``llm, env, env_setup, env_teardown, other``)."""
         if name not in _ALL_BANDS_SET:
@@ -95,6 +100,13 @@ class Breakdown:
 
 
 _ALL_BANDS_SET = frozenset(A.ALL_BANDS)
+
+
+def _rebuild(values: list[Any]) -> Breakdown:
+    fields = dict(zip(Breakdown.__slots__, values, strict=True))
+    fields["nanos"] = MappingProxyType(dict(fields["nanos"]))
+    fields["attributes"] = MappingProxyType(dict(fields["attributes"]))
+    return Breakdown(**fields)
 
 
 def _union_length(intervals: list[tuple[int, int]]) -> int:

@@ -278,6 +278,14 @@ def _build(opts: dict[str, Any]) -> Rollout:
     run_id = (_env("OTEL_ROLLOUT_RUN_ID") or ("", uuid.uuid4().hex[:12]))[1]
     attrs = {"service.name": name, "rollout.run.id": run_id, "host.name": socket.gethostname(),
              "process.pid": os.getpid()}  # fmt: skip
+    if "service.instance.id=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        # Unique per process, so cumulative series of workers that share a service name
+        # do not collide in the metrics backend.
+        attrs["service.instance.id"] = uuid.uuid4().hex
+    if "ray" in sys.modules:  # under Ray: node, worker and job ids (never imports Ray)
+        from otel_rollout.integrations.ray import resource_attributes as ray_attributes
+
+        attrs.update(ray_attributes())
     attrs.update(opts["resource_attributes"] or {})
     resource = Resource.create(attrs)  # also merges OTEL_RESOURCE_ATTRIBUTES
 
@@ -373,7 +381,7 @@ def _build(opts: dict[str, Any]) -> Rollout:
         tracer_provider.add_span_processor(console)
     settings = {"traces_exporter": traces_exporter, "metrics_exporter": metrics_exporter,
                 "protocol": protocol, "sample_ratio": ratio, "tail_keep_slower_than_s": slow,
-                "tail_keep_percentile": pct,
+                "tail_keep_percentile": pct, "endpoint": opts["endpoint"],
                 "service_name": name, "run_id": run_id}  # fmt: skip
     return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
                    collector, processor, trace_file, settings=settings, summary_stream=stream,

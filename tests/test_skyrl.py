@@ -1,14 +1,29 @@
-"""SkyRLInstrumentor against a fake generator module of SkyRL's shape, on real skyrl-gym envs."""
+"""SkyRLInstrumentor on real skyrl-gym envs, against a generator module of SkyRL's shape.
+
+The published ``skyrl`` needs Python >= 3.12 and a CUDA torch, so the module here mirrors
+``skyrl.train.generators.skyrl_gym_generator`` as it is on SkyRL's main branch (0.3.0): the
+same ``agent_loop`` signature and call pattern (``skyrl_gym.make`` then ``env.init``, turns of
+``inference_engine_client.generate(engine_input, model=...)`` and ``env.step``, ``env.close``,
+``finish_session`` in ``finally``, ``e2e_time`` from ``time.monotonic()``), env methods run
+through ``_run_in_executor_if_available`` on a real thread pool, and a remote client whose
+``_post(url, json, headers)`` makes real HTTP requests to a server in the test.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import http.client
+import importlib.metadata
+import json
 import sys
 import threading
 import time
 import types
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+from uuid import uuid4
 
 import pytest
 import skyrl_gym
@@ -16,6 +31,7 @@ import skyrl_gym
 from otel_rollout.testing import make_test_env
 
 MOD = "skyrl.train.generators.skyrl_gym_generator"
+EXTRAS = {"reward_spec": {"ground_truth": "42"}}
 
 
 class TrajectoryID(NamedTuple):
@@ -23,53 +39,153 @@ class TrajectoryID(NamedTuple):
     repetition_id: int
 
 
-class FakeClient:
-    async def generate(self, engine_input):
-        await asyncio.sleep(0.002)
+class EngineServer:
+    """A real HTTP server standing in for vLLM: records the headers of every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        rx = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                rx.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                turn = body.get("turn", 0)
+                answer = "#### 42" if turn >= body.get("answer_at", 0) else "#### 41"
+                data = json.dumps({"text": answer, "ids": [1, 2, 3], "stop": "stop"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class RemoteInferenceClient:
+    """SkyRL's remote client shape: ``generate`` fans out to ``_post(url, json, headers)``."""
+
+    def __init__(self, port: int, answer_at: int = 1, fail_at: int | None = None) -> None:
+        self.port = port
+        self.answer_at = answer_at
+        self.fail_at = fail_at
+        self.turns: dict[str, int] = {}
+
+    def _request(self, url: str, body: dict, headers: dict) -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("POST", url, json.dumps(body), headers)
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    async def _post(self, url: str, json: dict, headers: dict | None = None) -> Any:
+        return await asyncio.to_thread(self._request, url, json, dict(headers or {}))
+
+    async def generate(self, input_batch: dict, model: str | None = None) -> dict:
+        session = input_batch["session_ids"][0]
+        turn = self.turns.get(session, 0)
+        self.turns[session] = turn + 1
+        if self.fail_at is not None and turn >= self.fail_at:
+            raise ConnectionError("inference server went away")
+
+        async def single(ids: list[int]) -> dict:
+            headers = {"Content-Type": "application/json", "X-Session-ID": session}
+            body = {"prompt_token_ids": ids, "turn": turn, "answer_at": self.answer_at}
+            return await self._post("/inference/v1/generate", body, headers)  # positional
+
+        outs = await asyncio.gather(*(single(ids) for ids in input_batch["prompt_token_ids"]))
         return {
-            "responses": ["<answer>42</answer>"],
-            "response_ids": [[1, 2, 3]],
-            "stop_reasons": ["stop"],
+            "responses": [o["text"] for o in outs],
+            "response_ids": [o["ids"] for o in outs],
+            "stop_reasons": [o["stop"] for o in outs],
         }
+
+    async def finish_session(self, session_id: str) -> None:
+        await self._post("/sessions/finish", {"session_id": session_id})
+
+
+class AgentLoopOutput:
+    e2e_time: float | None = None
+    reward: float = 0.0
 
 
 class SkyRLGymGenerator:
-    def __init__(self):
-        self.inference_engine_client = FakeClient()
-        self.policy_model_name = "qwen-test"
-        self.executor = ThreadPoolExecutor(2)
-        self.threads: list[str] = []
+    def __init__(self, client: RemoteInferenceClient, max_env_workers: int = 2) -> None:
+        self.inference_engine_client = client
+        self.policy_model_name = "qwen3-test"
+        self.max_turns = 3
+        self.env_executor = ThreadPoolExecutor(max_env_workers) if max_env_workers else None
+        self.env_threads: set[str] = set()
 
-    async def _run(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, fn, *args)
+    async def _run_in_executor_if_available(self, func, *args, **kwargs):
+        if (executor := self.env_executor) is not None:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(executor, func, *args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _note_thread(self, fn):
+        def run(*a):
+            self.env_threads.add(threading.current_thread().name)
+            return fn(*a)
+
+        return run
 
     async def agent_loop(
         self,
         prompt,
         env_class,
         env_extras,
-        max_tokens=16,
-        max_input_length=64,
+        max_tokens,
+        max_input_length,
         sampling_params=None,
         trajectory_id=None,
+        cache_salt=None,
     ):
-        t0 = time.monotonic()
-        mod = sys.modules[MOD]
-        env = mod.skyrl_gym.make(env_class, extras=env_extras)
-        chat, _ = await self._run(env.init, prompt)
-        done = False
-        while not done:
-            out = await self.inference_engine_client.generate({"prompt_token_ids": [[1] * 5]})
-            step = await self._run(env.step, out["responses"][0])
-            done = step["done"]
-        await self._run(env.close)
-        self.e2e_time = time.monotonic() - t0
-        return step["reward"]
+        agent_loop_start_time = time.monotonic()
+        session_id = (
+            f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
+            if trajectory_id is not None
+            else uuid4().hex
+        )
+        try:
+            env_extras["max_turns"] = self.max_turns
+            skyrl_gym_mod = sys.modules[MOD].skyrl_gym  # the module global, as SkyRL's code
+            env = skyrl_gym_mod.make(env_class, env_config={}, extras=env_extras)
+            chat_history = copy.deepcopy(prompt)
+            chat_history, _ = await self._run_in_executor_if_available(
+                self._note_thread(env.init), chat_history
+            )
+            done, reward = False, 0.0
+            while not done:
+                engine_input = {"prompt_token_ids": [[1] * 5], "session_ids": [session_id]}
+                engine_output = await self.inference_engine_client.generate(
+                    engine_input, model=self.policy_model_name
+                )
+                output = engine_output["responses"][0]
+                step = await self._run_in_executor_if_available(self._note_thread(env.step), output)
+                reward, done = step["reward"], step["done"]
+            env.get_metrics()
+            await self._run_in_executor_if_available(self._note_thread(env.close))
+            out = AgentLoopOutput()
+            out.reward = reward
+            out.e2e_time = time.monotonic() - agent_loop_start_time
+            return out
+        finally:
+            await self.inference_engine_client.finish_session(session_id)
 
 
 @pytest.fixture
-def fake_module():
+def skyrl_module():
     names = ["skyrl", "skyrl.train", "skyrl.train.generators", MOD]
     saved = {n: sys.modules.get(n) for n in names}
     for n in names:
@@ -84,53 +200,195 @@ def fake_module():
             sys.modules[n] = m
 
 
-EXTRAS = {"reward_spec": {"ground_truth": "42"}, "max_turns": 2}
+@pytest.fixture
+def server():
+    s = EngineServer()
+    yield s
+    s.close()
 
 
-def test_structure_parenting_and_e2e(fake_module):
+@pytest.fixture
+def instrumented(skyrl_module):
     from otel_rollout.integrations.skyrl import SkyRLInstrumentor
 
     env = make_test_env()
     inst = SkyRLInstrumentor()
     inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
-    inst.instrument()  # idempotent
-    try:
-        gen = SkyRLGymGenerator()
-        prompt = [{"role": "user", "content": "6*7?"}]
+    inst.instrument()  # idempotent: a second call changes nothing
+    yield env
+    inst.uninstrument()
+
+
+def loop_once(gen, instance_id, repetition_id=0):
+    return gen.agent_loop(
+        [{"role": "user", "content": "6*7?"}],
+        "gsm8k_multi_turn",
+        copy.deepcopy(EXTRAS),
+        16,
+        64,
+        trajectory_id=TrajectoryID(instance_id, repetition_id),
+    )
+
+
+def by_name(spans):
+    out: dict[str, list] = {}
+    for s in spans:
+        out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_one_trajectory_tree_parented_across_executor_threads(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=1))
+    result = asyncio.run(loop_once(gen, "q1", 3))
+    assert result.reward == 1.0
+    assert gen.env_threads and all(t != "MainThread" for t in gen.env_threads)
+    (root,) = env.roots()
+    a = root.attributes
+    assert a["rollout.trajectory.instance_id"] == "q1"
+    assert a["rollout.trajectory.repetition_id"] == 3
+    assert a["rollout.env.class"] == "gsm8k_multi_turn"
+    assert a["gen_ai.request.model"] == "qwen3-test"
+    assert a["rollout.trajectory.status"] == "ok"
+    kids = env.children(root)
+    assert len(kids) == len(env.spans()) - 1  # every phase is a direct child of the root
+    names = by_name(kids)
+    # two turns: the first answer is wrong, the second right
+    assert sorted(names) == ["env_setup", "env_step", "env_teardown", "finish_session", "generate"]
+    assert len(names["env_setup"]) == 1 and len(names["env_teardown"]) == 1
+    assert len(names["generate"]) == 2 and len(names["env_step"]) == 2
+    (setup,) = names["env_setup"]
+    first_generate = min(s.start_time for s in names["generate"])
+    assert setup.end_time <= first_generate  # make + init, then the first turn
+    g = names["generate"][0].attributes
+    assert g["rollout.phase"] == "llm" and g["gen_ai.usage.input_tokens"] == 5
+    assert g["gen_ai.usage.output_tokens"] == 3
+    assert g["gen_ai.response.finish_reasons"] == ("stop",)
+    (b,) = env.breakdowns
+    assert b.turns == 2 and b.env_steps == 2 and b.env_setup > 0
+    # SkyRL's e2e_time and the root span measure the same interval, apart from the
+    # finish_session call in agent_loop's finally, which is a phase of its own.
+    (finish,) = names["finish_session"]
+    root_s = (root.end_time - root.start_time) / 1e9
+    finish_s = (finish.end_time - finish.start_time) / 1e9
+    assert abs(root_s - finish_s - result.e2e_time) < 0.002, (root_s, finish_s, result.e2e_time)
+
+
+def test_generate_requests_carry_the_generate_spans_traceparent(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=2))
+    asyncio.run(loop_once(gen, "q7"))
+    generates = [s for s in env.spans() if s.name == "generate"]
+    sent = [h for path, h in server.requests if path == "/inference/v1/generate"]
+    assert len(sent) == len(generates) == 3
+    expected = {(f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in generates}
+    parsed = [h["traceparent"].split("-") for h in sent]
+    assert {(p[1], p[2]) for p in parsed} == expected
+    assert all(p[0] == "00" and int(p[3], 16) & 1 for p in parsed)  # W3C, sampled
+    assert all(h["x-session-id"] == "q7_0" for h in sent)  # the caller's headers kept
+
+
+def test_concurrent_trajectories_stay_separate_on_a_shared_pool(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=1), max_env_workers=2)
+
+    async def batch():
+        return await asyncio.gather(*(loop_once(gen, f"p{i}", i % 2) for i in range(8)))
+
+    results = asyncio.run(batch())
+    assert all(r.reward == 1.0 for r in results)
+    roots = env.roots()
+    assert len(roots) == 8 and len({r.context.trace_id for r in roots}) == 8
+    for root in roots:
+        kids = env.children(root)
+        assert sorted(s.name for s in kids) == sorted(
+            ["env_setup", "generate", "generate", "env_step", "env_step", "env_teardown",
+             "finish_session"]
+        )  # fmt: skip
+        assert all(s.context.trace_id == root.context.trace_id for s in kids)
+    assert len(env.spans()) == 8 * 8
+
+
+def test_inline_envs_without_an_executor(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=0), max_env_workers=0)
+    asyncio.run(loop_once(gen, "inline"))
+    (root,) = env.roots()
+    assert sorted(s.name for s in env.children(root)) == [
+        "env_setup", "env_step", "env_teardown", "finish_session", "generate",
+    ]  # fmt: skip
+
+
+def test_engine_failure_marks_the_trajectory_and_reraises(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=5, fail_at=1))
+    with pytest.raises(ConnectionError, match="went away"):
+        asyncio.run(loop_once(gen, "bad"))
+    (root,) = env.roots()
+    assert root.attributes["rollout.trajectory.status"] == "error"
+    failed = [
+        s for s in env.spans() if s.name == "generate" and s.status.status_code.name == "ERROR"
+    ]
+    assert len(failed) == 1 and failed[0].attributes["error.type"] == "ConnectionError"
+    assert len(env.breakdowns) == 1 and env.breakdowns[0].status == "error"
+
+
+def test_unknown_env_class_ends_env_setup_with_the_error(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port))
+    with pytest.raises(Exception) as info:
         asyncio.run(
-            gen.agent_loop(
-                prompt, "gsm8k_multi_turn", dict(EXTRAS), trajectory_id=TrajectoryID("q1", 0)
-            )
+            gen.agent_loop([], "no_such_env", {}, 16, 64, trajectory_id=TrajectoryID("x", 0))
         )
+    (setup,) = [s for s in env.spans() if s.name == "env_setup"]
+    assert setup.status.status_code.name == "ERROR"
+    assert setup.attributes["error.type"].endswith(type(info.value).__name__)
+    (root,) = env.roots()
+    assert root.attributes["rollout.trajectory.status"] == "error"
+
+
+def test_uninstrument_restores_skyrl(skyrl_module, server):
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    env = make_test_env()
+    original = SkyRLGymGenerator.agent_loop
+    inst = SkyRLInstrumentor()
+    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    assert skyrl_module.skyrl_gym is not skyrl_gym
+    inst.uninstrument()
+    inst.uninstrument()
+    assert SkyRLGymGenerator.agent_loop is original
+    assert skyrl_module.skyrl_gym is skyrl_gym
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=0))
+    asyncio.run(loop_once(gen, "after"))
+    assert env.spans() == []
+
+
+def test_registered_as_an_opentelemetry_instrumentor():
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    eps = importlib.metadata.entry_points(group="opentelemetry_instrumentor")
+    (ep,) = [e for e in eps if e.name == "skyrl"]
+    assert ep.load() is SkyRLInstrumentor
+
+
+def test_real_skyrl_generator_has_the_shape_the_instrumentor_wraps():
+    mod = pytest.importorskip(
+        MOD, reason="skyrl cannot be imported here (it needs Python >= 3.12 and a CUDA torch)"
+    )
+    import inspect
+
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    cls = mod.SkyRLGymGenerator
+    params = inspect.signature(cls.agent_loop).parameters
+    assert {"prompt", "env_class", "env_extras", "trajectory_id"} <= set(params)
+    assert mod.skyrl_gym is skyrl_gym and hasattr(cls, "_run_in_executor_if_available")
+    env = make_test_env()
+    inst = SkyRLInstrumentor()
+    inst.instrument(tracer_provider=env.tracer_provider)
+    try:
+        assert hasattr(cls.__dict__["agent_loop"], "__wrapped__")
     finally:
         inst.uninstrument()
-        inst.uninstrument()
-    (root,) = env.roots()
-    assert (
-        root.attributes["rollout.trajectory.id"]
-        if "rollout.trajectory.id" in root.attributes
-        else True
-    )
-    kids = env.children(root)
-    names = [s.name for s in kids]
-    assert names.count("env_setup") == 1 or any("setup" in n for n in names)
-    assert all(s.context.trace_id == root.context.trace_id for s in env.spans())
-    assert len(kids) == len(env.spans()) - 1  # every phase a child of the root
-    dur = (root.end_time - root.start_time) / 1e9
-    assert abs(dur - gen.e2e_time) < 0.002
-    assert threading.active_count() >= 1
-    # uninstrumented: no new spans
-    n = len(env.spans())
-    asyncio.run(
-        gen.agent_loop(
-            [{"role": "user", "content": "x"}],
-            "gsm8k_multi_turn",
-            dict(EXTRAS),
-            trajectory_id=TrajectoryID("q2", 0),
-        )
-    )
-    assert len(env.spans()) == n  # uninstrumented: no new spans
-
-
-def test_real_skyrl_generator():
-    pytest.importorskip(MOD, reason="skyrl cannot be imported here (needs Python >= 3.12)")
+    assert not hasattr(cls.__dict__["agent_loop"], "__wrapped__")

@@ -29,8 +29,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
-import copyreg
-import dataclasses
 import functools
 import importlib
 import inspect
@@ -40,7 +38,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -86,26 +83,6 @@ EXIT_TIMEOUT_S = 5.0
 _log = logging.getLogger("otel_rollout.ray")
 F = TypeVar("F", bound=Callable[..., Any])
 
-# --- Breakdowns cross process boundaries ---------------------------------------------------
-# ``Breakdown`` keeps read-only ``MappingProxyType`` views, which do not pickle; register a
-# reduction (copyreg, honoured by pickle and Ray's cloudpickle) that ships plain dicts.
-
-
-def _reduce_breakdown(b: Breakdown) -> tuple[Callable[[dict[str, Any]], Breakdown], tuple]:
-    values = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}
-    values["nanos"] = dict(b.nanos)
-    values["attributes"] = dict(b.attributes)
-    return _rebuild_breakdown, (values,)
-
-
-def _rebuild_breakdown(values: dict[str, Any]) -> Breakdown:
-    values = dict(values)
-    values["nanos"] = MappingProxyType(dict(values.get("nanos") or {}))
-    values["attributes"] = MappingProxyType(dict(values.get("attributes") or {}))
-    return Breakdown(**values)
-
-
-copyreg.pickle(Breakdown, _reduce_breakdown)
 
 
 def _ray() -> Any:

@@ -4,23 +4,36 @@
     SkyRLInstrumentor().instrument()
 
 While ``agent_loop`` runs, ``skyrl_gym.make`` (as the generator module references it) is
-intercepted; the env it returns has ``init``/``step``/``close`` wrapped on the instance with
-the trajectory handle captured, so spans parent to the trajectory even in executor threads
-that did not copy contextvars. ``inference_engine_client.generate`` is wrapped once per
-client; the ``generate`` span's traceparent is injected into its HTTP ``_post`` headers.
+intercepted: one ``env_setup`` span covers ``make`` and the ``init`` that follows, and the
+env it returns has ``init``/``step``/``close`` wrapped on the instance with the trajectory
+handle captured, so spans parent to the trajectory even in the executor threads of
+``_run_in_executor_if_available`` (``loop.run_in_executor`` does not copy contextvars).
+``inference_engine_client.generate`` is wrapped once per client; the W3C ``traceparent``
+of the ``generate`` span is added to the headers of its HTTP ``_post`` (SkyRL's remote
+inference client), so a vLLM server's ``llm_request`` spans nest under it.
+
+The root span encloses the whole call, including the ``finish_session`` in SkyRL's
+``finally``, which its ``e2e_time`` leaves out: that call is a ``finish_session`` phase
+(``other`` time), so root minus that phase is SkyRL's ``e2e_time``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import propagate
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from otel_rollout._tracer import RolloutTracer, Trajectory
+from otel_rollout import _attributes as A
+from otel_rollout._errors import internal_error
+from otel_rollout._tracer import RolloutTracer, Trajectory, _record_exception
 from otel_rollout.integrations import require
 
 require("wrapt", "skyrl")
@@ -29,20 +42,22 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # noqa:
 
 GENERATOR_MODULE = "skyrl.train.generators.skyrl_gym_generator"
 GENERATOR_CLASS = "SkyRLGymGenerator"
+#: The phase of ``inference_engine_client.finish_session`` (band ``other`` unless mapped).
+FINISH_SESSION_PHASE = "finish_session"
 
-_TRAJ: contextvars.ContextVar[Trajectory | None] = contextvars.ContextVar(
-    "otel_rollout_skyrl_trajectory", default=None
+_STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
+    "otel_rollout_skyrl_state", default=None
 )
 _MARK = "_otel_rollout_wrapped"
+_SETUP = "_otel_rollout_setup_span"  # on an env between make() and init()
+_W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set
 
 
 def _trajectory_kwargs(args: tuple, kwargs: dict, sig: inspect.Signature | None) -> dict:
     bound: dict[str, Any] = dict(kwargs)
     if sig is not None:
-        try:
+        with contextlib.suppress(TypeError):
             bound = dict(sig.bind_partial(None, *args, **kwargs).arguments)
-        except TypeError:
-            pass
     out: dict[str, Any] = {}
     env_class = bound.get("env_class")
     if env_class is not None:
@@ -87,8 +102,8 @@ def _record_engine_output(gen: Any, output: Any) -> None:
             output_tokens=out_tokens,
             finish_reasons=[str(r) for r in reasons] if reasons else None,
         )
-    except Exception:
-        pass
+    except Exception as exc:  # SkyRL's output shape changed: report once, trace on
+        internal_error("skyrl generate output", exc)
 
 
 def _input_tokens(args: tuple, kwargs: dict) -> int | None:
@@ -101,20 +116,55 @@ def _input_tokens(args: tuple, kwargs: dict) -> int | None:
     return None
 
 
-def _wrap_env(env: Any, traj: Trajectory) -> Any:
-    """Wrap init/step/close on the instance; the handle parents to root off-context."""
+@dataclass
+class _State:
+    """The trajectory of one ``agent_loop`` call and its env_setup spans not yet ended."""
+
+    traj: Trajectory
+    pending_setup: list[Any] = field(default_factory=list)
+
+    def end_pending(self) -> None:
+        for span in self.pending_setup:  # make() returned but init() never ran
+            with contextlib.suppress(Exception):
+                span.end()
+        self.pending_setup.clear()
+
+
+def _call_in_span(span: Any, fn: Any, *a: Any, **kw: Any) -> Any:
+    """Run ``fn`` with ``span`` current on this thread, then end the span."""
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        return fn(*a, **kw)
+    except BaseException as exc:
+        _record_exception(span, exc)
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            otel_context.detach(token)
+        span.end()
+
+
+def _wrap_env(env: Any, state: _State) -> Any:
+    """Wrap init/step/close on the instance; spans parent to the root off-context too."""
     if getattr(env, _MARK, False):
         return env
-    for attr, opener in (
-        ("init", traj.env_setup),
-        ("step", traj.env_step),
-        ("close", traj.env_teardown),
-    ):
-        original = getattr(env, attr, None)
-        if original is None:
-            continue
+    traj = state.traj
 
-        def make(original: Any = original, opener: Any = opener) -> Any:
+    def init(original: Any) -> Any:
+        @functools.wraps(original)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            span = env.__dict__.pop(_SETUP, None)
+            if span is None:  # a second init, or an env made outside make()
+                with traj.env_setup():
+                    return original(*a, **kw)
+            with contextlib.suppress(ValueError):
+                state.pending_setup.remove(span)
+            return _call_in_span(span, original, *a, **kw)
+
+        return wrapper
+
+    def scoped(opener: Any) -> Any:
+        def make(original: Any) -> Any:
             @functools.wraps(original)
             def wrapper(*a: Any, **kw: Any) -> Any:
                 with opener():
@@ -122,14 +172,19 @@ def _wrap_env(env: Any, traj: Trajectory) -> Any:
 
             return wrapper
 
-        try:
-            setattr(env, attr, make())
-        except Exception:
-            pass
-    try:
+        return make
+
+    for attr, make in (
+        ("init", init),
+        ("step", scoped(traj.env_step)),
+        ("close", scoped(traj.env_teardown)),
+    ):
+        original = getattr(env, attr, None)
+        if original is not None:
+            with contextlib.suppress(Exception):  # a class with __slots__ stays unwrapped
+                setattr(env, attr, make(original))
+    with contextlib.suppress(Exception):
         setattr(env, _MARK, True)
-    except Exception:
-        pass
     return env
 
 
@@ -143,19 +198,57 @@ class _GymProxy:
         return getattr(self._real, name)
 
     def make(self, *args: Any, **kwargs: Any) -> Any:
-        traj = _TRAJ.get()
-        if traj is None:
+        state = _STATE.get()
+        if state is None:
             return self._real.make(*args, **kwargs)
-        # env_setup covers make + init: open it here, close it after init returns.
-        scope = traj.env_setup()
-        scope.__enter__()
+        # One env_setup span covers make() and the init() that follows; it is ended by the
+        # init wrapper, in whatever thread init runs, or when agent_loop returns.
+        traj = state.traj
+        span = traj._tracer.start_span(
+            A.SPAN_ENV_SETUP, context=traj.context, attributes={A.PHASE: A.PHASE_ENV_SETUP}
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
         try:
             env = self._real.make(*args, **kwargs)
         except BaseException as exc:
-            scope.__exit__(type(exc), exc, exc.__traceback__)
+            _record_exception(span, exc)
+            span.end()
             raise
-        scope.__exit__(None, None, None)
-        return _wrap_env(env, traj)
+        finally:
+            otel_context.detach(token)
+        _wrap_env(env, state)
+        if callable(getattr(env, "init", None)) and hasattr(env, "__dict__"):
+            env.__dict__[_SETUP] = span
+            state.pending_setup.append(span)
+        else:
+            span.end()
+        return env
+
+
+def _with_traceparent(post: Any) -> Any:
+    """``_post(url, json, headers=None)`` with the current span's W3C traceparent added."""
+    try:
+        sig: inspect.Signature | None = inspect.signature(post)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is None or "headers" not in sig.parameters:
+        return None
+
+    @functools.wraps(post)
+    async def traced_post(*a: Any, **kw: Any) -> Any:
+        if _STATE.get() is not None:
+            try:
+                bound = sig.bind_partial(*a, **kw)
+                headers = dict(bound.arguments.get("headers") or {})
+                _W3C.inject(headers)
+                bound.arguments["headers"] = headers
+                a, kw = bound.args, bound.kwargs
+            except Exception as exc:
+                internal_error("skyrl traceparent", exc)
+        return await post(*a, **kw)
+
+    traced_post._otel_rollout_wrapped = True  # type: ignore[attr-defined]
+    return traced_post
 
 
 def _inject_post(client: Any) -> None:
@@ -165,20 +258,10 @@ def _inject_post(client: Any) -> None:
         post = getattr(engine, "_post", None)
         if post is None or getattr(post, _MARK, False):
             continue
-
-        @functools.wraps(post)
-        async def traced_post(*a: Any, _post: Any = post, **kw: Any) -> Any:
-            if _TRAJ.get() is not None:
-                headers = dict(kw.get("headers") or {})
-                propagate.inject(headers)
-                kw["headers"] = headers
-            return await _post(*a, **kw)
-
-        traced_post._otel_rollout_wrapped = True  # type: ignore[attr-defined]
-        try:
-            engine._post = traced_post
-        except Exception:
-            pass
+        traced = _with_traceparent(post)
+        if traced is not None:
+            with contextlib.suppress(Exception):
+                engine._post = traced
 
 
 def _wrap_client(client: Any) -> None:
@@ -188,20 +271,34 @@ def _wrap_client(client: Any) -> None:
 
     @functools.wraps(original)
     async def generate(*args: Any, **kwargs: Any) -> Any:
-        traj = _TRAJ.get()
-        if traj is None:
+        state = _STATE.get()
+        if state is None:
             return await original(*args, **kwargs)
-        with traj.generate(input_tokens=_input_tokens(args, kwargs)) as gen:
+        with state.traj.generate(input_tokens=_input_tokens(args, kwargs)) as gen:
             output = await original(*args, **kwargs)
             _record_engine_output(gen, output)
             return output
 
+    finish = getattr(client, "finish_session", None)
+    if finish is not None:
+
+        @functools.wraps(finish)
+        async def finish_session(*args: Any, **kwargs: Any) -> Any:
+            state = _STATE.get()
+            if state is None:
+                return await finish(*args, **kwargs)
+            # After SkyRL's e2e_time is taken: a phase of its own, so it is visible.
+            with state.traj.phase(FINISH_SESSION_PHASE):
+                return await finish(*args, **kwargs)
+
     try:
         client.generate = generate
+        if finish is not None:
+            client.finish_session = finish_session
         _inject_post(client)
         setattr(client, _MARK, True)
-    except Exception:
-        pass
+    except Exception as exc:
+        internal_error("skyrl client wrap", exc)
 
 
 class SkyRLInstrumentor(BaseInstrumentor):
@@ -227,16 +324,18 @@ class SkyRLInstrumentor(BaseInstrumentor):
             sig = None
 
         async def agent_loop(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
-            if _TRAJ.get() is not None:
+            if _STATE.get() is not None:
                 return await wrapped(*args, **kw)
             _wrap_client(getattr(instance, "inference_engine_client", None))
             tkw = _trajectory_kwargs(args, kw, sig)
             async with tracer.trajectory(model=_model_of(instance), **tkw) as traj:
-                token = _TRAJ.set(traj)
+                state = _State(traj)
+                token = _STATE.set(state)
                 try:
                     return await wrapped(*args, **kw)
                 finally:
-                    _TRAJ.reset(token)
+                    _STATE.reset(token)
+                    state.end_pending()
 
         wrapt.wrap_function_wrapper(module, f"{GENERATOR_CLASS}.agent_loop", agent_loop)
 

@@ -201,19 +201,26 @@ class OTLPReceiver:
             return list(self._spans)
 
     def metric_points(self, name: str) -> list[dict[str, Any]]:
-        """Histogram/sum data points of metric ``name`` from every request received."""
+        """Histogram/sum data points of metric ``name`` from every request received, in
+        arrival order, each with its ``attributes``, ``resource`` and ``time_ns``."""
         with self._lock:
             requests = list(self._metrics)
         points = []
         for req in requests:
             for rm in req.resource_metrics:
+                resource = _attrs(rm.resource.attributes)
                 for sm in rm.scope_metrics:
                     for m in sm.metrics:
                         if m.name != name:
                             continue
                         kind = m.WhichOneof("data")
                         for p in getattr(m, kind).data_points:
-                            point = {"attributes": _attrs(p.attributes), "kind": kind}
+                            point = {
+                                "attributes": _attrs(p.attributes),
+                                "kind": kind,
+                                "resource": resource,
+                                "time_ns": p.time_unix_nano,
+                            }
                             if kind in ("histogram",):
                                 point.update(
                                     count=p.count,
