@@ -153,6 +153,10 @@ def prometheus(tmp_path: Path) -> Iterator[Prometheus]:
     prom = Prometheus(f"http://127.0.0.1:{port}", target_port, proc, log)
     try:
         _wait_ready(prom.url, proc, log)
+        # Prometheus hands the first targets to the scrape loop ~5 s after start (discovery
+        # throttle). Wait for the first scrape (up == 0: nothing listens yet), so a short
+        # target started next is scraped during its run, not only after it.
+        prom.wait_for('count(up{job="target"})', lambda v: v >= 1, timeout_s=20)
         yield prom
     finally:
         for child in [*prom.children, proc]:

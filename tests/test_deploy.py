@@ -486,10 +486,10 @@ def test_dashboard_promql_returns_data(prometheus: Prometheus, tmp_path: Path) -
     n = 16
     cli = Path(python()).with_name("otel-rollout")
     argv = [str(cli)] if cli.exists() else [python(), "-m", "otel_rollout.cli"]
-    prometheus.spawn(
-        [*argv, "demo", "-n", str(n), "--no-progress", "--linger", "120", "--output-dir", "out"],
-        cwd=tmp_path,
-    )
+    # Four at a time: the run spans several 1 s scrapes, so rate() and increase() see
+    # the counters grow (a series first scraped at its final value has zero increase).
+    demo = ["demo", "-n", str(n), "--concurrency", "4", "--no-progress", "--linger", "120"]
+    prometheus.spawn([*argv, *demo, "--output-dir", "out"], cwd=tmp_path)
     # The demo lingers after its run: wait until its final counts are scraped, then two
     # more scrapes so every rate() window has points after the last change.
     prometheus.wait_for(
