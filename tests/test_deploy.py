@@ -369,6 +369,16 @@ def test_compose_and_configs_agree() -> None:
         src = [(s, t) for _, s, t in graf if home.startswith(t + "/")]
         if not src or not (src[0][0] / home[len(src[0][1]) + 1 :]).exists():
             p.append(f"grafana: home dashboard {home} is not a mounted file")
+    # Grafana: anonymous users are Viewers; the admin password is the user's, never a default.
+    genv = st.services["grafana"].get("environment") or {}
+    if str(genv.get("GF_AUTH_ANONYMOUS_ENABLED", "false")).lower() == "true" and (
+        genv.get("GF_AUTH_ANONYMOUS_ORG_ROLE") != "Viewer"
+    ):
+        p.append("grafana: anonymous access must be Viewer only")
+    pw = str(genv.get("GF_SECURITY_ADMIN_PASSWORD", ""))
+    login_off = str(genv.get("GF_AUTH_DISABLE_LOGIN_FORM", "")).lower() == "true"
+    if not re.fullmatch(r"\$\{\w+:\?[^}]*\}", pw) and not login_off:
+        p.append("grafana: admin password must come from ${VAR:?...} (no default)")
     # Dashboard data source uids exist.
     uids = {d["uid"] for d in ds}
     for dash in DASHBOARDS:
