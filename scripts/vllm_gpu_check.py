@@ -9,9 +9,9 @@ fills the weights with random values, --load-format dummy), and then, for each m
   inprocess  AsyncLLM(otlp_traces_endpoint=<receiver>) wrapped with wrap_generate(engine);
              the generate span's traceparent travels as AsyncLLM.generate(trace_headers=).
              Also expects otel-rollout's one-time warning about vLLM's global provider.
-  http       `python -m vllm.entrypoints.openai.api_server --otlp-traces-endpoint
-             <receiver>`; /v1/completions is posted with headers=trace_headers() from
-             inside traj.generate().
+  http       `vllm serve <model> --otlp-traces-endpoint <receiver>` (as python -m
+             vllm.entrypoints.cli.main serve ...); /v1/completions is posted with
+             headers=trace_headers() from inside traj.generate().
 
 Each mode runs --trajectories trajectories of two turns. Our spans stay in memory
 (otel_rollout.testing.make_test_env); vLLM exports its spans to the receiver over gRPC. The
@@ -87,9 +87,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_tiny_model(folder: Path) -> None:
-    """A 2-layer Qwen2 config and a word-level tokenizer ``w0 w1 ...``; no weights."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def write_tiny_model(folder: Path, tokenizer_folder: Path) -> None:
+    """A 2-layer Qwen2 config and a word-level tokenizer ``w0 w1 ...``; no weights.
+
+    The tokenizer has its own folder: next to a config.json, AutoTokenizer would pick
+    the model type's tokenizer class (Qwen2's byte-level BPE) and ignore tokenizer.json.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config
 
     vocab_size = 1024
@@ -97,6 +101,7 @@ def write_tiny_model(folder: Path) -> None:
     vocab.update({f"w{i}": i + 3 for i in range(vocab_size - 3)})
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # decodes words joined by spaces
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<unk>",
@@ -105,7 +110,7 @@ def write_tiny_model(folder: Path) -> None:
         pad_token="<unk>",
         model_max_length=256,
     )
-    fast.save_pretrained(folder)
+    fast.save_pretrained(tokenizer_folder)
     Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=256,
@@ -165,6 +170,7 @@ async def run_inprocess(model_dir: Path, receiver: Any, n: int, warnings_seen: l
     env = make_test_env()
     args = AsyncEngineArgs(
         model=str(model_dir),
+        tokenizer=str(model_dir.parent / "tokenizer"),
         served_model_name=[MODEL_NAME],
         load_format="dummy",
         dtype="float16",
@@ -211,8 +217,9 @@ async def run_http(model_dir: Path, receiver: Any, n: int, log_path: Path) -> st
 
     port = free_port()
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", MODEL_NAME,
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+        "--served-model-name", MODEL_NAME,
+        "--tokenizer", str(model_dir.parent / "tokenizer"),
         "--load-format", "dummy", "--dtype", "float16", "--max-model-len", "256",
         "--gpu-memory-utilization", "0.2", "--enforce-eager",
         "--host", "127.0.0.1", "--port", str(port),
@@ -329,7 +336,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vllm-gpu-check-") as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
-        write_tiny_model(model_dir)
+        write_tiny_model(model_dir, Path(tmp) / "tokenizer")
         modes = ("inprocess", "http") if opts.mode == "both" else (opts.mode,)
         for mode in modes:
             receiver = OTLPReceiver().start()
