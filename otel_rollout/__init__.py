@@ -11,7 +11,9 @@ from otel_rollout._breakdown import (
     outermost_phases,
 )
 from otel_rollout._config import ConfigError, Rollout, configure
+from otel_rollout._console import ConsoleTreeExporter
 from otel_rollout._context import bind_context, run_in_executor
+from otel_rollout._export import ExportStats, guarded_batch_processor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import BreakdownCollector, group_by, summarize
@@ -34,6 +36,8 @@ __all__ = [
     "BreakdownCollector",
     "BreakdownProcessor",
     "ConfigError",
+    "ConsoleTreeExporter",
+    "ExportStats",
     "Generation",
     "Phase",
     "PhaseInterval",
@@ -47,6 +51,7 @@ __all__ = [
     "bind_context",
     "compute_breakdown",
     "configure",
+    "guarded_batch_processor",
     "current_trajectory",
     "group_by",
     "outermost_phases",

@@ -18,6 +18,7 @@ OTEL_VARS = [
     "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER",
     "OTEL_TRACES_SAMPLER_ARG", "OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_ROLLOUT_TRACES_EXPORTER",
     "OTEL_ROLLOUT_SERVICE_NAME", "OTEL_ROLLOUT_OUTPUT_DIR", "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE", "OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S",
 ]  # fmt: skip
 
 
@@ -81,6 +82,15 @@ def test_argument_beats_rollout_env_beats_otel_env_beats_default(monkeypatch, tm
     assert configure(**kw).settings["sample_ratio"] == 0.5
     assert configure(sample_ratio=0.1, **kw).settings["sample_ratio"] == 0.1
 
+    for name, var, env_value, arg in (
+        ("tail_keep_percentile", "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE", "99", 95.0),
+        ("tail_keep_slower_than_s", "OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S", "600", 30.0),
+    ):
+        assert configure(**kw).settings[name] is None
+        monkeypatch.setenv(var, env_value)
+        assert configure(**kw).settings[name] == float(env_value)
+        assert configure(**{name: arg}, **kw).settings[name] == arg
+
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     assert configure(**kw).settings["traces_exporter"] == "none"
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "")  # empty counts as unset
@@ -94,18 +104,25 @@ def test_bad_argument_raises_naming_value_and_choices(tmp_path):
         configure(local=True, sample_ratio=2)
     with pytest.raises(ConfigError, match=r"protocol='udp'"):
         configure(local=True, protocol="udp")
+    with pytest.raises(ConfigError, match=r"tail_keep_percentile=100.*\(0, 100\)"):
+        configure(local=True, tail_keep_percentile=100)
+    with pytest.raises(ConfigError, match=r"tail_keep_slower_than_s=-1.*seconds"):
+        configure(local=True, tail_keep_slower_than_s=-1)
 
 
 def test_bad_env_var_is_reported_not_ignored(monkeypatch, tmp_path):
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "statsd")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "lots")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE", "p99")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
     text = " ".join(str(w.message) for w in caught)
     assert "OTEL_METRICS_EXPORTER='statsd'" in text and "OTEL_TRACES_SAMPLER_ARG='lots'" in text
+    assert "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE='p99'" in text
     assert r.settings["metrics_exporter"] == "none" and r.settings["sample_ratio"] == 1.0
+    assert r.settings["tail_keep_percentile"] is None
 
 
 def test_sdk_disabled_gives_a_working_no_op_setup(monkeypatch):
