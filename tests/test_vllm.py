@@ -314,6 +314,25 @@ async def test_generate_span_in_trajectory_parents_vllms_llm_request(rollout_env
     assert bd.turns == 2 and bd.llm > 0
 
 
+async def test_inside_an_open_generate_phase_the_call_reuses_it(rollout_env):
+    # The user's traj.generate() block (or the SkyRL instrumentor around its client)
+    # already is the call: no second span, no second turn, headers name the outer span.
+    engine = V.wrap_generate(FakeAsyncLLM(rollout_env.tracer_provider))
+    async with rollout_env.tracer.trajectory(env="gsm8k", model="qwen-test") as traj:
+        for turn in range(2):
+            async with traj.generate():
+                outs = await consume(engine, f"turn {turn}", SamplingParams(), f"r{turn}")
+    assert len(outs) == 3
+    gens = rollout_env.spans(A.SPAN_GENERATE)
+    assert len(gens) == 2 and [attrs(g)[A.TURN] for g in gens] == [0, 1]
+    assert attrs(gens[0])[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3  # usage recorded on the outer
+    m = TRACEPARENT.match(engine.received[0]["traceparent"])
+    assert m.group(2) == format(gens[0].context.span_id, "016x")
+    reqs = rollout_env.spans("llm_request")
+    assert [r.parent.span_id for r in reqs] == [g.context.span_id for g in gens]
+    assert rollout_env.breakdowns[0].turns == 2
+
+
 async def test_generate_span_current_context_not_leaked_between_items(rollout_env):
     engine = V.wrap_generate(FakeAsyncLLM(rollout_env.tracer_provider, tokens=3))
     async with rollout_env.tracer.trajectory() as traj:

@@ -84,7 +84,6 @@ _log = logging.getLogger("otel_rollout.ray")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-
 def _ray() -> Any:
     return require("ray", "ray")
 

@@ -464,14 +464,23 @@ def _begin(
     traj: Trajectory | None,
     parent: otel_context.Context,
     opts: _Options,
-) -> tuple[Generation, _Usage, tuple, dict]:
-    """Start the span and put its traceparent into the call's ``trace_headers``."""
+) -> tuple[Generation, _Usage, tuple, dict, bool]:
+    """Start the span (or reuse the enclosing generate span: ``owned`` False) and put
+    its traceparent into the call's ``trace_headers``."""
     _check_provider(traj._tracer if traj is not None else opts.tracer)
     caller_headers = shape.get("trace_headers", args, kwargs)
     sampling_params = shape.get("sampling_params", args, kwargs)
     request_id = shape.get("request_id", args, kwargs)
     attrs = _request_attributes(engine, sampling_params, request_id, opts.model)
-    span = _start_span(traj, parent, caller_headers, attrs, opts)
+    outer = trace.get_current_span(parent)
+    owned = traj is None or not _is_open_generate(outer)
+    if owned:
+        span = _start_span(traj, parent, caller_headers, attrs, opts)
+    else:
+        # Already inside a generate phase (the user's traj.generate(), or the SkyRL
+        # instrumentor around its client): that span is the call; no second turn.
+        span = outer
+        span.set_attributes(attrs)
     usage = _Usage(_is_delta(sampling_params), _capture_content())
     if _engine_traces(engine) is False:
         _warn_once(
@@ -484,7 +493,17 @@ def _begin(
     elif shape.accepts("trace_headers"):
         merged = _merge_headers(caller_headers, _w3c_headers(trace.set_span_in_context(span)))
         args, kwargs = shape.put("trace_headers", merged, args, kwargs)
-    return Generation(span), usage, args, kwargs
+    return Generation(span), usage, args, kwargs, owned
+
+
+def _is_open_generate(span: Any) -> bool:
+    attrs = getattr(span, "attributes", None)
+    return (
+        getattr(span, "name", None) == A.SPAN_GENERATE
+        and span.is_recording()
+        and attrs is not None
+        and attrs.get(A.PHASE) == A.PHASE_LLM
+    )
 
 
 async def _stream(
@@ -499,8 +518,9 @@ async def _stream(
 ) -> Any:
     gen: Generation | None = None
     usage: _Usage | None = None
+    owned = True
     try:
-        gen, usage, args, kwargs = _begin(engine, args, kwargs, shape, traj, parent, opts)
+        gen, usage, args, kwargs, owned = _begin(engine, args, kwargs, shape, traj, parent, opts)
     except Exception as err:  # never break the call: it goes through untraced
         internal_error("vllm generate start", err)
     inner: Any = None
@@ -530,7 +550,7 @@ async def _stream(
                 logger.debug("closing the vLLM stream raised %r", err)
         raise
     except BaseException as exc:
-        if gen is not None:
+        if gen is not None and owned:  # an enclosing phase records it as it propagates
             _record_exception(gen.span, exc)
         raise
     finally:
@@ -539,7 +559,8 @@ async def _stream(
                 usage.record(gen)
                 if closed_early:
                     gen.span.set_attribute(CLOSED_EARLY, True)
-                gen.span.end()
+                if owned:
+                    gen.span.end()
             except Exception as err:
                 internal_error("vllm generate end", err)
 
