@@ -49,6 +49,7 @@ class _Counts:
         self.stats = ExportStats()
         self.target = target
         self.failing = False
+        self.queue_warned = False
         self.lost_since_success = 0
         self._counter = None
         if meter_provider is not None:
@@ -181,7 +182,9 @@ class _CountingBatchProcessor(SpanProcessor):
             if full:  # dropped here, counted, instead of a warning per span from the SDK
                 c.stats.dropped_queue_full += 1
                 c.lost_since_success += 1
-                first = c.stats.dropped_queue_full == 1
+                # Logged once, and not during an outage already reported as such.
+                first = not c.queue_warned and not c.failing
+                c.queue_warned = c.queue_warned or first
             else:
                 c.stats.pending += 1
         if full:
