@@ -44,3 +44,56 @@ def test_ratio_one_and_zero_are_all_and_nothing():
 def test_bad_ratio_names_the_value(bad):
     with pytest.raises(ValueError, match=r"in \[0, 1\], got"):
         RecordingRatioSampler(bad)
+
+
+def test_configured_ratio_over_otlp_counts_all_and_keeps_every_failed_and_slow(monkeypatch):
+    import time
+
+    from otel_rollout import configure
+    from otel_rollout.testing.receiver import OTLPReceiver
+
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_SDK_DISABLED",
+        "OTEL_ROLLOUT_SAMPLE_RATIO",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    failed = {i for i in range(500) if i % 50 == 7}
+    slow = {i for i in range(500) if i % 50 == 31}
+    with OTLPReceiver() as rx:
+        rollout = configure(
+            local=True,
+            endpoint=rx.grpc_endpoint,
+            sample_ratio=0.1,
+            tail_keep_slower_than_s=0.04,
+            metric_export_interval_ms=60_000,
+        )
+        for i in range(500):
+            try:
+                with rollout.tracer.trajectory(f"t{i}", env="e") as traj:
+                    with traj.generate():
+                        if i in slow:
+                            time.sleep(0.05)
+                    with traj.env_step():
+                        if i in failed:
+                            raise RuntimeError("tool crashed")
+            except RuntimeError:
+                pass
+        assert rollout.shutdown(timeout_s=10)
+        by_status = {
+            p["attributes"]["rollout.trajectory.status"]: p["count"]
+            for p in rx.metric_points("rollout.trajectory.duration")
+        }
+        assert by_status == {"ok": 490, "error": 10}  # every trajectory in the histogram
+        spans = rx.spans()
+        roots = {s.attributes["rollout.trajectory.id"]: s for s in spans if s.name == "trajectory"}
+        kept = {int(k[1:]) for k in roots}
+        assert failed | slow <= kept  # every failed and every slow one, sampled or not
+        assert 25 <= len(kept - failed - slow) <= 80  # the ratio's ~48 of the other 480
+        for root in roots.values():  # each exported trajectory whole: root + 2 phases
+            kids = [s for s in spans if s.parent_span_id == root.span_id]
+            assert sorted(s.name for s in kids) == ["env_step", "generate"]
+        assert len(spans) == 3 * len(roots)
