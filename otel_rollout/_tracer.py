@@ -80,6 +80,14 @@ class Phase:
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
         self.span.set_attributes(attributes)
 
+    def record_error(self, exc: BaseException) -> None:
+        """Mark the span failed by ``exc`` (status ERROR, ``error.type``, the event)."""
+        _record_exception(self.span, exc)
+
+    def end(self) -> None:
+        """End a phase opened with ``scope.start()`` (a ``with`` block ends its own)."""
+        self.span.end()
+
 
 class Generation(Phase):
     """A handle on one open ``generate`` span; record usage after the engine answers."""
@@ -168,6 +176,20 @@ class _PhaseScope:
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.__exit__(exc_type, exc, tb)
 
+    def start(self, context: otel_context.Context | None = None) -> Any:
+        """Start the phase without making it current; end it with the handle's ``end()``.
+
+        For calls that outlive a ``with`` block or end in another thread (a stream, an
+        env made here and initialised in an executor). The parent is ``context`` if
+        given, else the trajectory's root.
+        """
+        traj = self._traj
+        span = traj._tracer.start_span(
+            self._name, context=context if context is not None else traj._ctx,
+            attributes=self._attrs,
+        )  # fmt: skip
+        return self._handle(span)
+
 
 class Trajectory:
     """A handle on one trajectory in flight: open phase spans from it."""
@@ -199,6 +221,11 @@ class Trajectory:
         self.breakdown: Breakdown | None = None
         self._turns = 0
         self._env_steps = 0
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The OpenTelemetry tracer this trajectory's spans are made with."""
+        return self._tracer
 
     @property
     def trace_id(self) -> str:

@@ -177,3 +177,24 @@ def test_final_status_is_on_every_root_and_can_be_overridden(rollout_env):
     statuses = [r.attributes["rollout.trajectory.status"] for r in rollout_env.roots()]
     assert statuses == ["ok", "error", "truncated"]
     assert [b.status for b in rollout_env.breakdowns] == statuses
+
+
+def test_started_phase_ends_in_another_thread_and_counts(rollout_env):
+    from opentelemetry import trace
+
+    with rollout_env.tracer.trajectory("t1") as traj:
+        setup = traj.env_setup().start()  # not current: nothing nests under it by accident
+        assert trace.get_current_span() is traj.span
+        gen = traj.generate().start()
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(setup.end).result()
+        gen.record(output_tokens=7)
+        gen.record_error(TimeoutError("engine timed out"))
+        gen.end()
+    (root,) = rollout_env.roots()
+    kids = {s.name: s for s in rollout_env.children(root)}
+    assert set(kids) == {"env_setup", "generate"}
+    assert kids["generate"].attributes["gen_ai.usage.output_tokens"] == 7
+    assert kids["generate"].attributes["error.type"] == "TimeoutError"
+    (b,) = rollout_env.breakdowns
+    assert b.turns == 1 and b.env_setup > 0 and b.llm > 0

@@ -31,9 +31,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from otel_rollout import _attributes as A
 from otel_rollout._errors import internal_error
-from otel_rollout._tracer import RolloutTracer, Trajectory, _record_exception
+from otel_rollout._tracer import Phase, RolloutTracer, Trajectory
 from otel_rollout.integrations import require
 
 require("wrapt", "skyrl")
@@ -49,7 +48,7 @@ _STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
     "otel_rollout_skyrl_state", default=None
 )
 _MARK = "_otel_rollout_wrapped"
-_SETUP = "_otel_rollout_setup_span"  # on an env between make() and init()
+_SETUP = "_otel_rollout_setup"  # the env_setup phase, on an env between make() and init()
 _W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set
 
 
@@ -121,27 +120,27 @@ class _State:
     """The trajectory of one ``agent_loop`` call and its env_setup spans not yet ended."""
 
     traj: Trajectory
-    pending_setup: list[Any] = field(default_factory=list)
+    pending_setup: list[Phase] = field(default_factory=list)
 
     def end_pending(self) -> None:
-        for span in self.pending_setup:  # make() returned but init() never ran
+        for setup in self.pending_setup:  # make() returned but init() never ran
             with contextlib.suppress(Exception):
-                span.end()
+                setup.end()
         self.pending_setup.clear()
 
 
-def _call_in_span(span: Any, fn: Any, *a: Any, **kw: Any) -> Any:
-    """Run ``fn`` with ``span`` current on this thread, then end the span."""
-    token = otel_context.attach(trace.set_span_in_context(span))
+def _call_in_phase(phase: Phase, fn: Any, *a: Any, **kw: Any) -> Any:
+    """Run ``fn`` with the phase's span current on this thread, then end the phase."""
+    token = otel_context.attach(trace.set_span_in_context(phase.span))
     try:
         return fn(*a, **kw)
     except BaseException as exc:
-        _record_exception(span, exc)
+        phase.record_error(exc)
         raise
     finally:
         with contextlib.suppress(Exception):
             otel_context.detach(token)
-        span.end()
+        phase.end()
 
 
 def _wrap_env(env: Any, state: _State) -> Any:
@@ -153,13 +152,13 @@ def _wrap_env(env: Any, state: _State) -> Any:
     def init(original: Any) -> Any:
         @functools.wraps(original)
         def wrapper(*a: Any, **kw: Any) -> Any:
-            span = env.__dict__.pop(_SETUP, None)
-            if span is None:  # a second init, or an env made outside make()
+            setup = env.__dict__.pop(_SETUP, None)
+            if setup is None:  # a second init, or an env made outside make()
                 with traj.env_setup():
                     return original(*a, **kw)
             with contextlib.suppress(ValueError):
-                state.pending_setup.remove(span)
-            return _call_in_span(span, original, *a, **kw)
+                state.pending_setup.remove(setup)
+            return _call_in_phase(setup, original, *a, **kw)
 
         return wrapper
 
@@ -203,25 +202,22 @@ class _GymProxy:
             return self._real.make(*args, **kwargs)
         # One env_setup span covers make() and the init() that follows; it is ended by the
         # init wrapper, in whatever thread init runs, or when agent_loop returns.
-        traj = state.traj
-        span = traj._tracer.start_span(
-            A.SPAN_ENV_SETUP, context=traj.context, attributes={A.PHASE: A.PHASE_ENV_SETUP}
-        )
-        token = otel_context.attach(trace.set_span_in_context(span))
+        setup = state.traj.env_setup().start()
+        token = otel_context.attach(trace.set_span_in_context(setup.span))
         try:
             env = self._real.make(*args, **kwargs)
         except BaseException as exc:
-            _record_exception(span, exc)
-            span.end()
+            setup.record_error(exc)
+            setup.end()
             raise
         finally:
             otel_context.detach(token)
         _wrap_env(env, state)
         if callable(getattr(env, "init", None)) and hasattr(env, "__dict__"):
-            env.__dict__[_SETUP] = span
-            state.pending_setup.append(span)
+            env.__dict__[_SETUP] = setup
+            state.pending_setup.append(setup)
         else:
-            span.end()
+            setup.end()
         return env
 
 

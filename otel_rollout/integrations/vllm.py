@@ -49,7 +49,6 @@ from otel_rollout._tracer import (
     Generation,
     Trajectory,
     _capture_content,
-    _record_exception,
     current_trajectory,
 )
 from otel_rollout._version import __version__
@@ -448,8 +447,7 @@ def _start_span(
             attrs.pop(A.GEN_AI_REQUEST_MODEL, None)
         # ``traj`` was current when the call was made, so the caller's context is inside
         # it (possibly inside another phase: an LLM judge in env.step is env time).
-        scope = traj.generate(**attrs)
-        return traj._tracer.start_span(scope._name, context=parent, attributes=scope._attrs)
+        return traj.generate(**attrs).start(context=parent).span
     ctx = _parent_from_headers(caller_headers) or parent
     return opts.tracer.start_span(
         A.SPAN_GENERATE, context=ctx, kind=SpanKind.CLIENT, attributes=attrs
@@ -467,7 +465,7 @@ def _begin(
 ) -> tuple[Generation, _Usage, tuple, dict, bool]:
     """Start the span (or reuse the enclosing generate span: ``owned`` False) and put
     its traceparent into the call's ``trace_headers``."""
-    _check_provider(traj._tracer if traj is not None else opts.tracer)
+    _check_provider(traj.tracer if traj is not None else opts.tracer)
     caller_headers = shape.get("trace_headers", args, kwargs)
     sampling_params = shape.get("sampling_params", args, kwargs)
     request_id = shape.get("request_id", args, kwargs)
@@ -551,7 +549,7 @@ async def _stream(
         raise
     except BaseException as exc:
         if gen is not None and owned:  # an enclosing phase records it as it propagates
-            _record_exception(gen.span, exc)
+            gen.record_error(exc)
         raise
     finally:
         if gen is not None and usage is not None:
