@@ -180,7 +180,8 @@ def _demo(args: argparse.Namespace) -> int:
     _show(console, result.breakdowns, phases, args.output_dir, "demo (online breakdowns)")
     if result.errors:
         console.print(f"[red]{result.errors} trajectories failed[/red]")
-    console.print(f"mean reward: {result.rewards}")
+    rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))
+    console.print(f"mean reward: {rewards}")
     console.print(f"trace file: {result.trace_file}")
     console.print(f"recompute offline: otel-rollout report {result.trace_file}")
     console.print(JAEGER_HINT)
