@@ -223,3 +223,14 @@ def test_console_exporter_prints_each_trajectory_as_a_tree(monkeypatch, capsys):
     for i in roots:  # the root, its two phases indented under it, then the breakdown
         assert lines[i + 1].startswith("  generate") and lines[i + 2].startswith("  env_step")
         assert "breakdown" in lines[i + 3] and "llm" in lines[i + 3]
+
+
+def test_each_process_has_its_own_instance_id_unless_the_user_sets_one(monkeypatch):
+    def instance_id(**kw):
+        r = configure(local=True, traces_exporter="none", **kw)
+        return r.tracer_provider.resource.attributes["service.instance.id"]
+
+    assert instance_id() != instance_id()  # unique: workers' cumulative series never collide
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=worker-3,team=rl")
+    assert instance_id() == "worker-3"
+    assert instance_id(resource_attributes={"service.instance.id": "w9"}) == "w9"
