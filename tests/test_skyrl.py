@@ -7,6 +7,11 @@ same ``agent_loop`` signature and call pattern (``skyrl_gym.make`` then ``env.in
 ``finish_session`` in ``finally``, ``e2e_time`` from ``time.monotonic()``), env methods run
 through ``_run_in_executor_if_available`` on a real thread pool, and a remote client whose
 ``_post(url, json, headers)`` makes real HTTP requests to a server in the test.
+
+The last tests run against the published ``skyrl`` 0.4.0 where it imports (Python >= 3.12):
+a real ``SkyRLGymGenerator`` from SkyRL's config classes, a tokenizer built in the test, and
+either a stand-in inference engine or SkyRL's real ``RemoteInferenceClient`` talking HTTP to
+a server in the test.
 """
 
 from __future__ import annotations
@@ -392,3 +397,251 @@ def test_real_skyrl_generator_has_the_shape_the_instrumentor_wraps():
     finally:
         inst.uninstrument()
     assert not hasattr(cls.__dict__["agent_loop"], "__wrapped__")
+
+
+# The published skyrl (0.4.0: Python >= 3.12) itself: a real SkyRLGymGenerator built from
+# SkyRL's own config classes, a byte-level tokenizer built here (no download), real
+# skyrl-gym envs in SkyRL's env thread pool. The only stand-in is the inference engine.
+SKIP_REAL = "skyrl cannot be imported here (the published skyrl 0.4.0 needs Python >= 3.12)"
+REMOTE_MOD = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def tiny_tokenizer():
+    """A Qwen-style chat tokenizer: one token per byte, ``<|im_end|>`` as EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+class FakeInferenceEngine:
+    """Stands in for the GPU inference engine: SkyRL's InferenceEngineOutput, per session."""
+
+    def __init__(self, tokenizer, answer_at: dict[str, int], finish_s: float = 0.005) -> None:
+        self.tok = tokenizer
+        self.answer_at = answer_at  # instance_id -> the turn that answers "#### 42"
+        self.finish_s = finish_s
+        self.turns: dict[str, int] = {}
+        self.calls: list[tuple[str, int, str | None]] = []  # session, prompt tokens, model
+        self.finished: list[str] = []
+
+    async def generate(self, input_batch: dict, model: str | None = None) -> dict:
+        (session,) = input_batch["session_ids"]
+        (prompt_ids,) = input_batch["prompt_token_ids"]
+        turn = self.turns[session] = self.turns.get(session, 0) + 1
+        self.calls.append((session, len(prompt_ids), model))
+        instance = session.rsplit("_", 1)[0]
+        text = "#### 42" if turn >= self.answer_at[instance] else "#### 41"
+        ids = [*self.tok.encode(text, add_special_tokens=False), self.tok.eos_token_id]
+        await asyncio.sleep(0.002)
+        return {
+            "responses": [text],
+            "response_ids": [ids],
+            "stop_reasons": ["stop"],
+            "response_logprobs": [[-0.25] * len(ids)],
+        }
+
+    async def finish_session(self, session_id: str) -> None:
+        await asyncio.sleep(self.finish_s)  # outside SkyRL's e2e_time: must be subtracted
+        self.finished.append(session_id)
+
+
+def real_generator(mod, client, tokenizer, max_env_workers: int = 2):
+    from skyrl.train.config import GeneratorConfig, SkyRLGymConfig
+
+    return mod.SkyRLGymGenerator(
+        GeneratorConfig(max_turns=3),
+        SkyRLGymConfig(max_env_workers=max_env_workers),
+        client,
+        tokenizer,
+        policy_model_name="tiny-policy",
+    )
+
+
+def real_loop(mod, gen, instance_id: str, repetition_id: int = 0):
+    from skyrl.train.generators.base import TrajectoryID
+
+    return gen.agent_loop(
+        [{"role": "user", "content": "What is 6*7?"}],
+        "gsm8k_multi_turn",
+        copy.deepcopy(EXTRAS),
+        16,
+        1024,
+        trajectory_id=TrajectoryID(instance_id=instance_id, repetition_id=repetition_id),
+    )
+
+
+def test_real_skyrl_generator_agent_loop(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    mod = pytest.importorskip(MOD, reason=SKIP_REAL)
+    remote = pytest.importorskip(REMOTE_MOD, reason=SKIP_REAL)
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    cls = mod.SkyRLGymGenerator
+    original = cls.__dict__["agent_loop"]
+    original_post = remote.RemoteGenerateClient.__dict__["_post"]
+    assert mod.skyrl_gym is skyrl_gym  # the module global agent_loop calls make() on
+    tok = tiny_tokenizer()
+    turns = {"q1": 1, "q2": 2, "q3": 3}  # each answers right on that turn
+    engine = FakeInferenceEngine(tok, turns)
+    gen = real_generator(mod, engine, tok)
+
+    env = make_test_env()
+    inst = SkyRLInstrumentor()
+    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    try:
+        assert mod.skyrl_gym is not skyrl_gym
+
+        async def batch():
+            loops = (real_loop(mod, gen, i, rep) for rep, i in enumerate(turns))
+            return await asyncio.gather(*loops)
+
+        outputs = dict(zip(turns, asyncio.run(batch()), strict=True))
+    finally:
+        inst.uninstrument()
+
+    assert gen.env_executor is not None and gen.env_executor._threads  # SkyRL's env pool ran
+    for instance, out in outputs.items():
+        assert out.env_metrics == {"steps": turns[instance]} and out.stop_reason == "stop"
+        assert out.reward[-1] == 1.0 and out.e2e_time > 0
+    assert sorted(engine.finished) == ["q1_0", "q2_1", "q3_2"]
+    assert {m for _, _, m in engine.calls} == {"tiny-policy"}
+
+    roots = env.roots()
+    assert len(roots) == 3 and len({r.context.trace_id for r in roots}) == 3
+    spans_per_root = 0
+    for root in roots:
+        a = root.attributes
+        instance = a["rollout.trajectory.instance_id"]
+        n = turns[instance]
+        assert a["rollout.trajectory.repetition_id"] == list(turns).index(instance)
+        assert a["rollout.env.class"] == "gsm8k_multi_turn"
+        assert a["gen_ai.request.model"] == "tiny-policy"
+        assert a["rollout.trajectory.status"] == "ok"
+        in_trace = [s for s in env.spans() if s.context.trace_id == root.context.trace_id]
+        kids = env.children(root)
+        assert len(kids) == len(in_trace) - 1  # every other span of the trace: a direct child
+        names = by_name(kids)
+        assert {k: len(v) for k, v in names.items()} == {
+            "env_setup": 1, "generate": n, "env_step": n, "env_teardown": 1, "finish_session": 1,
+        }  # fmt: skip
+        spans_per_root += len(kids) + 1
+        (setup,) = names["env_setup"]
+        assert setup.end_time <= min(s.start_time for s in names["generate"])
+        prompt_lens = [
+            p
+            for s, p, _ in engine.calls
+            if s == f"{instance}_{a['rollout.trajectory.repetition_id']}"
+        ]
+        gens = sorted(names["generate"], key=lambda s: s.start_time)
+        assert [g.attributes["gen_ai.usage.input_tokens"] for g in gens] == prompt_lens
+        assert all(g.attributes["gen_ai.usage.output_tokens"] == 8 for g in gens)  # "#### 4x"+EOS
+        (finish,) = names["finish_session"]
+        root_s = (root.end_time - root.start_time) / 1e9
+        finish_s = (finish.end_time - finish.start_time) / 1e9
+        e2e = outputs[instance].e2e_time
+        assert finish_s >= engine.finish_s
+        assert abs(root_s - finish_s - e2e) < 0.002, (instance, root_s, finish_s, e2e)
+    assert len(env.spans()) == spans_per_root
+
+    # uninstrument restores SkyRL: agent_loop, skyrl_gym, RemoteGenerateClient._post
+    assert cls.__dict__["agent_loop"] is original
+    assert mod.skyrl_gym is skyrl_gym
+    assert remote.RemoteGenerateClient.__dict__["_post"] is original_post
+    before = len(env.spans())
+    asyncio.run(real_loop(mod, gen, "q1", 9))
+    assert len(env.spans()) == before
+
+
+class VLLMLikeServer:
+    """A real HTTP server answering ``/inference/v1/generate`` as vLLM's does for SkyRL."""
+
+    def __init__(self, tokenizer) -> None:
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        rx = self
+        answer = [*tokenizer.encode("#### 42", add_special_tokens=False), tokenizer.eos_token_id]
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(n)
+                rx.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                body: dict = {}
+                if self.path == "/inference/v1/generate":
+                    lp = {"content": [{"logprob": -0.1}] * len(answer)}
+                    body = {
+                        "choices": [{"token_ids": answer, "finish_reason": "stop", "logprobs": lp}]
+                    }
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_real_remote_inference_client_generate_requests_carry_traceparent(monkeypatch):
+    # skyrl 0.4's RemoteInferenceClient.generate posts through RemoteGenerateClient._post,
+    # not its own _post (as 0.3 did): the traceparent must reach that request too.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    mod = pytest.importorskip(MOD, reason=SKIP_REAL)
+    remote = pytest.importorskip(REMOTE_MOD, reason=SKIP_REAL)
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    tok = tiny_tokenizer()
+    server = VLLMLikeServer(tok)
+    client = remote.RemoteInferenceClient(
+        proxy_url=server.url, server_urls=[server.url], data_parallel_size=1,
+        model_name="tiny-policy", tokenizer=tok,
+    )  # fmt: skip
+    gen = real_generator(mod, client, tok)
+    env = make_test_env()
+    inst = SkyRLInstrumentor()
+    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    try:
+
+        async def batch():
+            return await asyncio.gather(real_loop(mod, gen, "r1"), real_loop(mod, gen, "r2"))
+
+        outs = asyncio.run(batch())
+    finally:
+        inst.uninstrument()
+        server.close()
+    assert all(o.env_metrics == {"steps": 1} and o.reward[-1] == 1.0 for o in outs)
+    generates = [s for s in env.spans() if s.name == "generate"]
+    sent = [h for path, h in server.requests if path == "/inference/v1/generate"]
+    assert len(sent) == len(generates) == 2
+    expected = {(f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in generates}
+    parsed = [h["traceparent"].split("-") for h in sent]
+    assert {(p[1], p[2]) for p in parsed} == expected
+    assert sorted(h["x-session-id"] for h in sent) == ["r1_0", "r2_0"]  # SkyRL's headers kept
+    finished = sorted(p for p, _ in server.requests if p.startswith("/finish_session"))
+    assert finished == ["/finish_session?session_id=r1_0", "/finish_session?session_id=r2_0"]
+    assert len(env.roots()) == 2

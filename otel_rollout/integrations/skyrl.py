@@ -10,7 +10,9 @@ handle captured, so spans parent to the trajectory even in the executor threads 
 ``_run_in_executor_if_available`` (``loop.run_in_executor`` does not copy contextvars).
 ``inference_engine_client.generate`` is wrapped once per client; the W3C ``traceparent``
 of the ``generate`` span is added to the headers of its HTTP ``_post`` (SkyRL's remote
-inference client), so a vLLM server's ``llm_request`` spans nest under it.
+inference client), so a vLLM server's ``llm_request`` spans nest under it. From ``skyrl``
+0.4 the client's generate requests go through ``RemoteGenerateClient._post`` instead, so
+that method is wrapped on its class too (no per-instance state, nothing added to pickle).
 
 The root span encloses the whole call, including the ``finish_session`` in SkyRL's
 ``finally``, which its ``e2e_time`` leaves out: that call is a ``finish_session`` phase
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 import inspect
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -41,6 +44,9 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # noqa:
 
 GENERATOR_MODULE = "skyrl.train.generators.skyrl_gym_generator"
 GENERATOR_CLASS = "SkyRLGymGenerator"
+#: Where ``skyrl`` >= 0.4 sends generate requests from: ``RemoteGenerateClient._post``.
+REMOTE_CLIENT_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
+GENERATE_CLIENT_CLASS = "RemoteGenerateClient"
 #: The phase of ``inference_engine_client.finish_session`` (band ``other`` unless mapped).
 FINISH_SESSION_PHASE = "finish_session"
 
@@ -221,6 +227,44 @@ class _GymProxy:
         return env
 
 
+def _add_traceparent(sig: inspect.Signature, a: tuple, kw: dict) -> tuple[tuple, dict]:
+    """The call's arguments with the current span's traceparent in ``headers``."""
+    if _STATE.get() is None:
+        return a, kw
+    try:
+        bound = sig.bind_partial(*a, **kw)
+        headers = dict(bound.arguments.get("headers") or {})
+        _W3C.inject(headers)
+        bound.arguments["headers"] = headers
+        return bound.args, bound.kwargs
+    except Exception as exc:
+        internal_error("skyrl traceparent", exc)
+        return a, kw
+
+
+def _wrap_generate_client_post(module: Any) -> bool:
+    """Wrap ``RemoteGenerateClient._post`` on its class; False if there is none to wrap."""
+    cls = getattr(module, GENERATE_CLIENT_CLASS, None)
+    post = getattr(cls, "_post", None) if cls is not None else None
+    if post is None or hasattr(cls.__dict__.get("_post"), "__wrapped__"):
+        return False
+    try:
+        sig = inspect.signature(post)
+    except (TypeError, ValueError):
+        return False
+    if "headers" not in sig.parameters:
+        return False
+    params = list(sig.parameters.values())[1:]  # without self: wrapt passes it as instance
+    sig = sig.replace(parameters=params)
+
+    def traced_post(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        args, kwargs = _add_traceparent(sig, args, kwargs)
+        return wrapped(*args, **kwargs)
+
+    wrapt.wrap_function_wrapper(cls, "_post", traced_post)
+    return True
+
+
 def _with_traceparent(post: Any) -> Any:
     """``_post(url, json, headers=None)`` with the current span's W3C traceparent added."""
     try:
@@ -232,15 +276,7 @@ def _with_traceparent(post: Any) -> Any:
 
     @functools.wraps(post)
     async def traced_post(*a: Any, **kw: Any) -> Any:
-        if _STATE.get() is not None:
-            try:
-                bound = sig.bind_partial(*a, **kw)
-                headers = dict(bound.arguments.get("headers") or {})
-                _W3C.inject(headers)
-                bound.arguments["headers"] = headers
-                a, kw = bound.args, bound.kwargs
-            except Exception as exc:
-                internal_error("skyrl traceparent", exc)
+        a, kw = _add_traceparent(sig, a, kw)
         return await post(*a, **kw)
 
     traced_post._otel_rollout_wrapped = True  # type: ignore[attr-defined]
@@ -334,6 +370,13 @@ class SkyRLInstrumentor(BaseInstrumentor):
                     state.end_pending()
 
         wrapt.wrap_function_wrapper(module, f"{GENERATOR_CLASS}.agent_loop", agent_loop)
+        self._remote_module = None
+        try:
+            remote = importlib.import_module(REMOTE_CLIENT_MODULE)
+        except Exception:  # no remote client here (or its deps, aiohttp/orjson, missing)
+            remote = None
+        if remote is not None and _wrap_generate_client_post(remote):
+            self._remote_module = remote
 
     def _uninstrument(self, **kwargs: Any) -> None:
         module = self._module
@@ -344,3 +387,9 @@ class SkyRLInstrumentor(BaseInstrumentor):
         gym = module.__dict__.get("skyrl_gym")
         if isinstance(gym, _GymProxy):
             module.skyrl_gym = gym._real
+        remote = getattr(self, "_remote_module", None)
+        gen_cls = getattr(remote, GENERATE_CLIENT_CLASS, None) if remote is not None else None
+        post = gen_cls.__dict__.get("_post") if gen_cls is not None else None
+        if hasattr(post, "__wrapped__"):
+            gen_cls._post = post.__wrapped__
+        self._remote_module = None
