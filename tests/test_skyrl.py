@@ -21,6 +21,7 @@ import copy
 import http.client
 import importlib.metadata
 import json
+import pickle
 import sys
 import threading
 import time
@@ -356,17 +357,35 @@ def test_uninstrument_restores_skyrl(skyrl_module, server):
     from otel_rollout.integrations.skyrl import SkyRLInstrumentor
 
     env = make_test_env()
-    original = SkyRLGymGenerator.agent_loop
+    originals = {
+        (cls, name): cls.__dict__[name]
+        for cls, name in [
+            (SkyRLGymGenerator, "agent_loop"),
+            (RemoteInferenceClient, "generate"),
+            (RemoteInferenceClient, "finish_session"),
+            (RemoteInferenceClient, "_post"),
+        ]
+    }
     inst = SkyRLInstrumentor()
     inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
-    assert skyrl_module.skyrl_gym is not skyrl_gym
+    try:  # the instrumentor is a singleton: a failure here must not leak into other tests
+        assert skyrl_module.skyrl_gym is not skyrl_gym
+        client = RemoteInferenceClient(server.port, answer_at=0)
+        asyncio.run(loop_once(SkyRLGymGenerator(client), "during"))
+        assert len(env.roots()) == 1
+        # wrapped on the classes, nothing on the instance: the client still pickles
+        assert all(cls.__dict__[name] is not fn for (cls, name), fn in originals.items())
+        assert set(vars(client)) == {"port", "answer_at", "fail_at", "turns"}
+        assert pickle.loads(pickle.dumps(client)).port == server.port
+    finally:
+        inst.uninstrument()
     inst.uninstrument()
-    inst.uninstrument()
-    assert SkyRLGymGenerator.agent_loop is original
+    assert all(cls.__dict__[name] is fn for (cls, name), fn in originals.items())
     assert skyrl_module.skyrl_gym is skyrl_gym
+    n = len(env.spans())
     gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=0))
     asyncio.run(loop_once(gen, "after"))
-    assert env.spans() == []
+    assert len(env.spans()) == n  # no new spans
 
 
 def test_registered_as_an_opentelemetry_instrumentor():
@@ -631,6 +650,8 @@ def test_real_remote_inference_client_generate_requests_carry_traceparent(monkey
             return await asyncio.gather(real_loop(mod, gen, "r1"), real_loop(mod, gen, "r2"))
 
         outs = asyncio.run(batch())
+        # SkyRL ships its client to other processes: instrumented, it still pickles.
+        assert pickle.loads(pickle.dumps(client)) is not None
     finally:
         inst.uninstrument()
         server.close()

@@ -8,11 +8,12 @@ intercepted: one ``env_setup`` span covers ``make`` and the ``init`` that follow
 env it returns has ``init``/``step``/``close`` wrapped on the instance with the trajectory
 handle captured, so spans parent to the trajectory even in the executor threads of
 ``_run_in_executor_if_available`` (``loop.run_in_executor`` does not copy contextvars).
-``inference_engine_client.generate`` is wrapped once per client; the W3C ``traceparent``
-of the ``generate`` span is added to the headers of its HTTP ``_post`` (SkyRL's remote
-inference client), so a vLLM server's ``llm_request`` spans nest under it. From ``skyrl``
-0.4 the client's generate requests go through ``RemoteGenerateClient._post`` instead, so
-that method is wrapped on its class too (no per-instance state, nothing added to pickle).
+``generate`` and ``finish_session`` of the ``inference_engine_client``'s class are
+wrapped (on the class, never the instance: SkyRL pickles its clients), and the W3C
+``traceparent`` of the ``generate`` span is added to the headers of the HTTP ``_post``
+(SkyRL's remote inference client; from ``skyrl`` 0.4 generate requests go through
+``RemoteGenerateClient._post``, wrapped too), so a vLLM server's ``llm_request`` spans
+nest under it. ``uninstrument()`` restores every method it wrapped.
 
 The root span encloses the whole call, including the ``finish_session`` in SkyRL's
 ``finally``, which its ``e2e_time`` leaves out: that call is a ``finish_session`` phase
@@ -53,7 +54,10 @@ FINISH_SESSION_PHASE = "finish_session"
 _STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
     "otel_rollout_skyrl_state", default=None
 )
-_MARK = "_otel_rollout_wrapped"
+_MARK = "_otel_rollout_wrapped"  # on an env whose methods are wrapped
+_IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "otel_rollout_skyrl_in_generate", default=False
+)
 _SETUP = "_otel_rollout_setup"  # the env_setup phase, on an env between make() and init()
 _W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set
 
@@ -242,93 +246,87 @@ def _add_traceparent(sig: inspect.Signature, a: tuple, kw: dict) -> tuple[tuple,
         return a, kw
 
 
-def _wrap_generate_client_post(module: Any) -> bool:
-    """Wrap ``RemoteGenerateClient._post`` on its class; False if there is none to wrap."""
-    cls = getattr(module, GENERATE_CLIENT_CLASS, None)
-    post = getattr(cls, "_post", None) if cls is not None else None
-    if post is None or hasattr(cls.__dict__.get("_post"), "__wrapped__"):
-        return False
+_ABSENT = object()
+
+
+class _Patches:
+    """Methods wrapped on their classes (never on instances: SkyRL pickles its clients),
+    each restored exactly by :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[type, str], Any] = {}
+
+    def wrap(self, cls: type, name: str, wrapper: Any) -> bool:
+        key = (cls, name)
+        if key in self._done or not callable(getattr(cls, name, None)):
+            return False
+        self._done[key] = cls.__dict__.get(name, _ABSENT)
+        wrapt.wrap_function_wrapper(cls, name, wrapper)
+        return True
+
+    def restore(self) -> None:
+        for (cls, name), original in self._done.items():
+            with contextlib.suppress(Exception):
+                if original is _ABSENT:  # inherited: drop the wrapper from the subclass
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, original)
+        self._done.clear()
+
+
+def _post_wrapper(cls: type) -> Any:
+    """A wrapt wrapper adding the traceparent to ``cls._post(url, json, headers=None)``."""
     try:
-        sig = inspect.signature(post)
-    except (TypeError, ValueError):
-        return False
+        sig = inspect.signature(cls._post)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return None
     if "headers" not in sig.parameters:
-        return False
-    params = list(sig.parameters.values())[1:]  # without self: wrapt passes it as instance
-    sig = sig.replace(parameters=params)
+        return None
+    sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # self comes apart
 
     def traced_post(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         args, kwargs = _add_traceparent(sig, args, kwargs)
         return wrapped(*args, **kwargs)
 
-    wrapt.wrap_function_wrapper(cls, "_post", traced_post)
-    return True
-
-
-def _with_traceparent(post: Any) -> Any:
-    """``_post(url, json, headers=None)`` with the current span's W3C traceparent added."""
-    try:
-        sig: inspect.Signature | None = inspect.signature(post)
-    except (TypeError, ValueError):
-        sig = None
-    if sig is None or "headers" not in sig.parameters:
-        return None
-
-    @functools.wraps(post)
-    async def traced_post(*a: Any, **kw: Any) -> Any:
-        a, kw = _add_traceparent(sig, a, kw)
-        return await post(*a, **kw)
-
-    traced_post._otel_rollout_wrapped = True  # type: ignore[attr-defined]
     return traced_post
 
 
-def _inject_post(client: Any) -> None:
-    """Inject the current span's traceparent into a remote client's ``_post`` headers."""
-    engines = getattr(client, "engines", None) or [client]
-    for engine in engines:
-        post = getattr(engine, "_post", None)
-        if post is None or getattr(post, _MARK, False):
-            continue
-        traced = _with_traceparent(post)
-        if traced is not None:
-            with contextlib.suppress(Exception):
-                engine._post = traced
-
-
-def _wrap_client(client: Any) -> None:
-    if client is None or getattr(client, _MARK, False):
-        return
-    original = client.generate
-
-    @functools.wraps(original)
-    async def generate(*args: Any, **kwargs: Any) -> Any:
-        state = _STATE.get()
-        if state is None:
-            return await original(*args, **kwargs)
+async def _traced_generate(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    state = _STATE.get()
+    if state is None or _IN_GENERATE.get():
+        return await wrapped(*args, **kwargs)
+    token = _IN_GENERATE.set(True)
+    try:
         with state.traj.generate(input_tokens=_input_tokens(args, kwargs)) as gen:
-            output = await original(*args, **kwargs)
+            output = await wrapped(*args, **kwargs)
             _record_engine_output(gen, output)
             return output
+    finally:
+        _IN_GENERATE.reset(token)
 
-    finish = getattr(client, "finish_session", None)
-    if finish is not None:
 
-        @functools.wraps(finish)
-        async def finish_session(*args: Any, **kwargs: Any) -> Any:
-            state = _STATE.get()
-            if state is None:
-                return await finish(*args, **kwargs)
-            # After SkyRL's e2e_time is taken: a phase of its own, so it is visible.
-            with state.traj.phase(FINISH_SESSION_PHASE):
-                return await finish(*args, **kwargs)
+async def _traced_finish_session(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    state = _STATE.get()
+    if state is None:
+        return await wrapped(*args, **kwargs)
+    # After SkyRL's e2e_time is taken: a phase of its own, so it is visible.
+    with state.traj.phase(FINISH_SESSION_PHASE):
+        return await wrapped(*args, **kwargs)
 
+
+def _wrap_client(patches: _Patches, client: Any) -> None:
+    """Trace ``generate`` and ``finish_session`` of the client's class, and add the
+    traceparent to the HTTP ``_post`` of its class or of its engines' classes."""
+    if client is None:
+        return
     try:
-        client.generate = generate
-        if finish is not None:
-            client.finish_session = finish_session
-        _inject_post(client)
-        setattr(client, _MARK, True)
+        cls = type(client)
+        patches.wrap(cls, "generate", _traced_generate)
+        patches.wrap(cls, "finish_session", _traced_finish_session)
+        for engine in getattr(client, "engines", None) or [client]:
+            wrapper = _post_wrapper(type(engine))
+            if wrapper is not None:
+                patches.wrap(type(engine), "_post", wrapper)
     except Exception as exc:
         internal_error("skyrl client wrap", exc)
 
@@ -355,10 +353,12 @@ class SkyRLInstrumentor(BaseInstrumentor):
         except (TypeError, ValueError):
             sig = None
 
+        patches = self._patches = _Patches()
+
         async def agent_loop(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
             if _STATE.get() is not None:
                 return await wrapped(*args, **kw)
-            _wrap_client(getattr(instance, "inference_engine_client", None))
+            _wrap_client(patches, getattr(instance, "inference_engine_client", None))
             tkw = _trajectory_kwargs(args, kw, sig)
             async with tracer.trajectory(model=_model_of(instance), **tkw) as traj:
                 state = _State(traj)
@@ -369,27 +369,19 @@ class SkyRLInstrumentor(BaseInstrumentor):
                     _STATE.reset(token)
                     state.end_pending()
 
-        wrapt.wrap_function_wrapper(module, f"{GENERATOR_CLASS}.agent_loop", agent_loop)
-        self._remote_module = None
+        patches.wrap(cls, "agent_loop", agent_loop)
         try:
             remote = importlib.import_module(REMOTE_CLIENT_MODULE)
         except Exception:  # no remote client here (or its deps, aiohttp/orjson, missing)
             remote = None
-        if remote is not None and _wrap_generate_client_post(remote):
-            self._remote_module = remote
+        # skyrl >= 0.4 posts generate requests from RemoteGenerateClient, made lazily.
+        gen_cls = getattr(remote, GENERATE_CLIENT_CLASS, None)
+        wrapper = _post_wrapper(gen_cls) if isinstance(gen_cls, type) else None
+        if wrapper is not None:
+            patches.wrap(gen_cls, "_post", wrapper)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        module = self._module
-        cls = getattr(module, GENERATOR_CLASS)
-        fn = cls.__dict__.get("agent_loop")
-        if hasattr(fn, "__wrapped__"):
-            cls.agent_loop = fn.__wrapped__
-        gym = module.__dict__.get("skyrl_gym")
+        self._patches.restore()
+        gym = self._module.__dict__.get("skyrl_gym")
         if isinstance(gym, _GymProxy):
-            module.skyrl_gym = gym._real
-        remote = getattr(self, "_remote_module", None)
-        gen_cls = getattr(remote, GENERATE_CLIENT_CLASS, None) if remote is not None else None
-        post = gen_cls.__dict__.get("_post") if gen_cls is not None else None
-        if hasattr(post, "__wrapped__"):
-            gen_cls._post = post.__wrapped__
-        self._remote_module = None
+            self._module.skyrl_gym = gym._real
