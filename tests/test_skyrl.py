@@ -397,9 +397,7 @@ def test_registered_as_an_opentelemetry_instrumentor():
 
 
 def test_real_skyrl_generator_has_the_shape_the_instrumentor_wraps():
-    mod = pytest.importorskip(
-        MOD, reason="skyrl cannot be imported here (it needs Python >= 3.12 and a CUDA torch)"
-    )
+    mod = pytest.importorskip(MOD, reason=SKIP_REAL)
     import inspect
 
     from otel_rollout.integrations.skyrl import SkyRLInstrumentor
