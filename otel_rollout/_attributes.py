@@ -72,7 +72,6 @@ CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 METRIC_DURATION: Final = "rollout.trajectory.duration"
 METRIC_PHASE_DURATION: Final = "rollout.trajectory.phase.duration"
 METRIC_TURNS: Final = "rollout.trajectory.turns"
-METRIC_ACTIVE: Final = "rollout.trajectory.active"
 METRIC_EVICTED: Final = "rollout.processor.evicted"
 EVICTION_REASON: Final = "rollout.eviction.reason"
 METRIC_EXPORT_DROPPED: Final = "rollout.export.dropped"

@@ -1,23 +1,20 @@
-"""OTLP/JSON lines: a span exporter that writes them and a reader that rebuilds breakdowns.
+"""Reading OTLP/JSON lines (what the official file exporter writes) back into breakdowns.
 
-One line per ``ExportTraceServiceRequest`` in OTLP/JSON (hex ids, nanosecond times as
-strings). The reader also takes Jaeger's query-API JSON and Tempo's trace JSON, and
-recomputes breakdowns with the same functions the online processor uses.
+One line per ``ExportTraceServiceRequest`` in OTLP/JSON (hex or base64 ids, nanosecond
+times as strings). The reader also takes Jaeger's query-API JSON and Tempo's trace JSON,
+and recomputes breakdowns with the same functions the online processor uses.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import threading
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
@@ -30,104 +27,7 @@ from otel_rollout._breakdown import (
     root_labels,
 )
 
-# --- writing ----------------------------------------------------------------------------
-
-
-def _any_value(v: Any) -> dict[str, Any]:
-    if isinstance(v, bool):
-        return {"boolValue": v}
-    if isinstance(v, int):
-        return {"intValue": str(v)}
-    if isinstance(v, float):
-        return {"doubleValue": v}
-    if isinstance(v, (list, tuple)):
-        return {"arrayValue": {"values": [_any_value(x) for x in v]}}
-    return {"stringValue": str(v)}
-
-
-def _kvs(attrs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _any_value(v)} for k, v in (attrs or {}).items()]
-
-
-def spans_to_otlp(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """An OTLP/JSON ``ExportTraceServiceRequest`` for ``spans``."""
-    by_res: dict[int, tuple[Any, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
-    for s in spans:
-        res = s.resource
-        entry = by_res.setdefault(id(res), (res, {}))
-        scope = s.instrumentation_scope
-        key = (scope.name if scope else "", (scope.version or "") if scope else "")
-        ctx = s.context
-        d: dict[str, Any] = {
-            "traceId": format(ctx.trace_id, "032x"),
-            "spanId": format(ctx.span_id, "016x"),
-            "name": s.name,
-            "kind": int(s.kind.value) + 1,
-            "startTimeUnixNano": str(s.start_time or 0),
-            "endTimeUnixNano": str(s.end_time or 0),
-            "attributes": _kvs(s.attributes),
-            "status": {},
-        }
-        if s.parent is not None:
-            d["parentSpanId"] = format(s.parent.span_id, "016x")
-        code = s.status.status_code
-        if code is StatusCode.ERROR:
-            d["status"] = {"code": 2, "message": s.status.description or ""}
-        elif code is StatusCode.OK:
-            d["status"] = {"code": 1}
-        if s.events:
-            d["events"] = [
-                {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _kvs(e.attributes)}
-                for e in s.events
-            ]
-        entry[1].setdefault(key, []).append(d)
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _kvs(res.attributes if res else {})},
-                "scopeSpans": [
-                    {"scope": {"name": n, "version": v}, "spans": sp}
-                    for (n, v), sp in scopes.items()
-                ],
-            }
-            for res, scopes in by_res.values()
-        ]
-    }
-
-
-class OTLPJsonLinesSpanExporter(SpanExporter):
-    """Appends one OTLP/JSON ``ExportTraceServiceRequest`` per export to a file."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._fh = self.path.open("a", encoding="utf-8")
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if not spans:
-            return SpanExportResult.SUCCESS
-        line = json.dumps(spans_to_otlp(spans), separators=(",", ":"))
-        with self._lock:
-            if self._fh.closed:
-                return SpanExportResult.FAILURE
-            self._fh.write(line + "\n")
-            self._fh.flush()
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if not self._fh.closed:
-                self._fh.close()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            if not self._fh.closed:
-                self._fh.flush()
-        return True
-
-
-# --- reading ----------------------------------------------------------------------------
+# --- reading ---------------------------------------------------------------------------
 
 
 class TraceReadError(ValueError):

@@ -95,11 +95,15 @@ def test_openai_engine_propagates_traceparent(tmp_path):
     assert all(s.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3 for s in gens)
 
 
-def test_demo_without_configure_uses_own_exporter(tmp_path, monkeypatch):
-    import otel_rollout
+def test_demo_with_an_otlp_endpoint_exports_and_still_writes_the_file(tmp_path, monkeypatch):
+    from otel_rollout.testing.receiver import OTLPReceiver
 
-    monkeypatch.delattr(otel_rollout, "configure", raising=False)
-    result = asyncio.run(run_demo_async(n=4, concurrency=2, output_dir=tmp_path))
-    assert result.trace_file == tmp_path / "traces.jsonl"
+    with OTLPReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.grpc_endpoint)
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+        result = asyncio.run(run_demo_async(n=4, concurrency=2, output_dir=tmp_path))
+        roots = [s for s in rx.spans() if s.name == "trajectory"]
+    assert len(roots) == 4
     offline = {b.trace_id: dict(b.nanos) for b in read_trace_file(result.trace_file).breakdowns}
     assert offline == {b.trace_id: dict(b.nanos) for b in result.breakdowns}
+    assert {r.trace_id for r in roots} == set(offline)

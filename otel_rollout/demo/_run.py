@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import random
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from otel_rollout._breakdown import Breakdown
-from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._config import configure
 from otel_rollout._summary import BreakdownCollector
 from otel_rollout._tracer import RolloutTracer
 
@@ -56,69 +57,25 @@ class Providers:
     collector: BreakdownCollector
     trace_file: Path
     shutdown: Any
-    configured: bool = False
 
 
 def make_providers(output_dir: Path) -> Providers:
-    """``otel_rollout.configure`` when available, else local SDK providers + JSON lines."""
-    trace_file = output_dir / "traces.jsonl"
-    if trace_file.exists():
-        trace_file.unlink()
-    try:
-        from otel_rollout import configure  # type: ignore[attr-defined]
-    except ImportError:
-        configure = None
-    if configure is not None:
-        try:
-            import io
+    """``otel_rollout.configure(local=True)``; an OTLP JSON lines file is always written."""
+    handle = configure(
+        local=True,
+        output_dir=str(output_dir),
+        service_name=os.environ.get("OTEL_SERVICE_NAME", SERVICE),
+        summary_stream=io.StringIO(),  # the demo prints its own table
+    )
+    trace_file = handle.trace_file
+    if trace_file is None:  # an OTLP endpoint is configured: keep a file for the report
+        from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            h = configure(
-                local=True,
-                output_dir=str(output_dir),
-                service_name=os.environ.get("OTEL_SERVICE_NAME", SERVICE),
-                summary_stream=io.StringIO(),  # the demo prints its own table
-            )
-            if getattr(h, "trace_file", None):
-                return Providers(h.tracer, h.collector, Path(h.trace_file), h.shutdown, True)
-            # OTLP endpoint configured: keep a local file as well, for the report
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            from otel_rollout._otlp_json import OTLPJsonLinesSpanExporter
-
-            h.tracer_provider.add_span_processor(
-                BatchSpanProcessor(OTLPJsonLinesSpanExporter(trace_file))
-            )
-            return Providers(h.tracer, h.collector, trace_file, h.shutdown, True)
-        except TypeError:
-            pass
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from otel_rollout._otlp_json import OTLPJsonLinesSpanExporter
-
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SERVICE)})
-    mp = MeterProvider(resource=resource)
-    collector = BreakdownCollector()
-    tp = TracerProvider(resource=resource)
-    tp.add_span_processor(BreakdownProcessor(mp, on_breakdown=collector))
-    tp.add_span_processor(BatchSpanProcessor(OTLPJsonLinesSpanExporter(trace_file)))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-    ):
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        except ImportError:
-            pass
-
-    def shutdown() -> None:
-        tp.shutdown()
-        mp.shutdown()
-
-    return Providers(RolloutTracer(tp, mp), collector, trace_file, shutdown)
+        trace_file = output_dir / f"traces-{handle.settings['run_id']}.jsonl"
+        trace_file.unlink(missing_ok=True)
+        handle.tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(trace_file)))
+    return Providers(handle.tracer, handle.collector, Path(trace_file), handle.shutdown)
 
 
 @dataclass
