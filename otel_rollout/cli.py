@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="otel-rollout",
         description="Observe the rollouts of LLM RL trainers with OpenTelemetry.",
     )
+    from otel_rollout._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"otel-rollout {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     ex = sub.add_parser("example", help="run a small traced rollout and print its breakdown")
     ex.add_argument("-n", "--trajectories", type=int, default=16, help="trajectories to run")

@@ -38,3 +38,15 @@ def test_help_describes_the_commands(capsys):
         main(["--help"])
     assert info.value.code == 0
     assert "traced rollout" in capsys.readouterr().out
+
+
+def test_version_and_help_name_every_command(capsys):
+    from otel_rollout import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"otel-rollout {__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(cmd in out for cmd in ("example", "demo", "report"))
