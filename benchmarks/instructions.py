@@ -1,8 +1,9 @@
 """Instruction counts per 10-turn trajectory under valgrind: a ratio that noise cannot move.
 
 The CPU-time ratio of ``overhead.py`` swings by 0.1-0.2 on a shared 2-core machine.
-``valgrind --tool=callgrind`` counts the instructions the interpreter executes, which repeat
-to within a fraction of a percent whatever else runs. Each mode runs in its own process
+``valgrind --tool=callgrind`` counts the instructions the interpreter executes, whatever
+else runs: two runs of 200 trajectories differed by 0.6% per trajectory (hash seeds and
+garbage collection still vary a little); use at least 200. Each mode runs in its own process
 twice (warm-up only, then warm-up plus ``--trajectories``); the difference is the cost of
 the trajectories alone, start-up and imports cancelled out.
 
