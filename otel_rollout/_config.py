@@ -149,6 +149,7 @@ class Rollout:
     summary_stream: TextIO | None = None
     _summary: list = field(default_factory=list, repr=False)
     _export: list = field(default_factory=list, repr=False)
+    _closers: list = field(default_factory=list, repr=False)
 
     @property
     def export_stats(self) -> ExportStats:
@@ -179,6 +180,9 @@ class Rollout:
                 fn = getattr(p, "shutdown", None)
                 if fn is not None:
                     fn()
+            for server in self._closers:  # the port is free again for the next configure()
+                server.shutdown()
+                server.server_close()
 
         worker = threading.Thread(target=stop, name="otel-rollout-shutdown", daemon=True)
         worker.start()
@@ -290,6 +294,7 @@ def _build(opts: dict[str, Any]) -> Rollout:
     resource = Resource.create(attrs)  # also merges OTEL_RESOURCE_ATTRIBUTES
 
     readers = []
+    closers: list[Any] = []  # servers to stop after the providers shut down
     interval = opts["metric_export_interval_ms"] or _int_env("OTEL_METRIC_EXPORT_INTERVAL", 60000)
     if metrics_exporter in ("otlp", "console"):
         from opentelemetry.sdk.metrics.export import (
@@ -304,13 +309,10 @@ def _build(opts: dict[str, Any]) -> Rollout:
         )
         readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
     elif metrics_exporter == "prometheus":
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import start_http_server
-
-        port = _int_env("OTEL_EXPORTER_PROMETHEUS_PORT", 9464)
-        host = (_env("OTEL_EXPORTER_PROMETHEUS_HOST") or ("", "127.0.0.1"))[1]
-        start_http_server(port, addr=host)
-        readers.append(PrometheusMetricReader())
+        reader, server = _prometheus_reader()
+        readers.append(reader)
+        if server is not None:
+            closers.append(server)
     meter_provider = MeterProvider(metric_readers=readers, resource=resource)
 
     stream = opts["summary_stream"]
@@ -385,7 +387,34 @@ def _build(opts: dict[str, Any]) -> Rollout:
                 "service_name": name, "run_id": run_id}  # fmt: skip
     return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
                    collector, processor, trace_file, settings=settings, summary_stream=stream,
-                   _summary=summary, _export=export_processors)  # fmt: skip
+                   _summary=summary, _export=export_processors, _closers=closers)  # fmt: skip
+
+
+def _prometheus_reader() -> tuple[Any, Any]:
+    """A Prometheus reader on a registry of its own, served on the configured port."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    port = _int_env("OTEL_EXPORTER_PROMETHEUS_PORT", 9464)
+    host = (_env("OTEL_EXPORTER_PROMETHEUS_HOST") or ("", "127.0.0.1"))[1]
+    registry = CollectorRegistry(auto_describe=True)
+    try:  # not prometheus_client's process-wide REGISTRY: no global state of ours there
+        reader = PrometheusMetricReader(registry=registry)
+    except TypeError:  # an exporter release without ``registry``
+        from prometheus_client import REGISTRY as registry
+
+        reader = PrometheusMetricReader()
+    try:
+        started = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        warnings.warn(
+            f"otel-rollout: cannot serve Prometheus metrics on {host}:{port} ({exc}); they are "
+            "recorded but not exposed. Set OTEL_EXPORTER_PROMETHEUS_PORT to a free port.",
+            stacklevel=4,
+        )
+        return reader, None
+    # prometheus_client >= 0.17 returns (server, thread); older ones cannot be stopped.
+    return reader, started[0] if isinstance(started, tuple) else None
 
 
 def _otlp_span_exporter(protocol: str, endpoint: str | None) -> Any:

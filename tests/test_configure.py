@@ -234,3 +234,32 @@ def test_each_process_has_its_own_instance_id_unless_the_user_sets_one(monkeypat
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=worker-3,team=rl")
     assert instance_id() == "worker-3"
     assert instance_id(resource_attributes={"service.instance.id": "w9"}) == "w9"
+
+
+def test_prometheus_endpoint_serves_metrics_and_frees_its_port(monkeypatch):
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    first = configure(local=True, traces_exporter="none", metrics_exporter="prometheus")
+    run(first, 3)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    (line,) = [
+        x for x in body.splitlines() if x.startswith("rollout_trajectory_duration_seconds_count")
+    ]
+    assert line.endswith(" 3.0") and 'rollout_env_class="e"' in line
+    with pytest.warns(UserWarning, match=rf"cannot serve Prometheus metrics on 127.0.0.1:{port}"):
+        second = configure(local=True, traces_exporter="none", metrics_exporter="prometheus")
+    run(second, 1)  # the port is taken: a warning, and the loop goes on
+    assert first.shutdown(timeout_s=5) and second.shutdown(timeout_s=5)
+    third = configure(local=True, traces_exporter="none", metrics_exporter="prometheus")
+    run(third, 2)  # a process-wide registry would show 3 + 1 + 2 here
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    (line,) = [
+        x for x in body.splitlines() if x.startswith("rollout_trajectory_duration_seconds_count")
+    ]
+    assert line.endswith(" 2.0")
+    third.shutdown(timeout_s=5)
