@@ -356,8 +356,20 @@ def _build(opts: dict[str, Any]) -> Rollout:
         out_dir = Path(
             opts["output_dir"] or (_env("OTEL_ROLLOUT_OUTPUT_DIR") or ("", DEFAULT_OUTPUT_DIR))[1]
         )
-        out_dir.mkdir(parents=True, exist_ok=True)
         trace_file = out_dir / f"traces-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}.jsonl"
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            trace_file.touch()
+        except OSError as exc:
+            meter_provider.shutdown()
+            for server in closers:
+                server.shutdown()
+                server.server_close()
+            raise ConfigError(
+                f"cannot write trace files to {str(out_dir)!r} ({exc.strerror or exc}); set "
+                "output_dir / OTEL_ROLLOUT_OUTPUT_DIR to a writable folder, or choose another "
+                "OTEL_TRACES_EXPORTER (otlp, console, none)"
+            ) from exc
         tracer_provider.add_span_processor(export(FileSpanExporter(trace_file), str(trace_file)))
         processor.add_sink(summary.append)
         stream = stream or sys.stderr

@@ -263,3 +263,12 @@ def test_prometheus_endpoint_serves_metrics_and_frees_its_port(monkeypatch):
     ]
     assert line.endswith(" 2.0")
     third.shutdown(timeout_s=5)
+
+
+def test_unwritable_trace_folder_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(
+        ConfigError, match=r"cannot write trace files to .*a-file.*OTEL_ROLLOUT_OUTPUT_DIR"
+    ):
+        configure(local=True, output_dir=blocker / "traces")
