@@ -8,6 +8,7 @@ with a warning naming it, and the default is used.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
@@ -150,6 +151,8 @@ class Rollout:
     _summary: list = field(default_factory=list, repr=False)
     _export: list = field(default_factory=list, repr=False)
     _closers: list = field(default_factory=list, repr=False)
+    _shutdown_worker: threading.Thread | None = field(default=None, repr=False)
+    _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def export_stats(self) -> ExportStats:
@@ -173,20 +176,34 @@ class Rollout:
         return ok
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Stop exporting; returns False when the exporters did not finish in time."""
+        """Stop exporting; returns False when the exporters did not finish in time.
 
-        def stop() -> None:
-            for p in (self.tracer_provider, self.meter_provider):
-                fn = getattr(p, "shutdown", None)
-                if fn is not None:
-                    fn()
-            for server in self._closers:  # the port is free again for the next configure()
-                server.shutdown()
-                server.server_close()
-
-        worker = threading.Thread(target=stop, name="otel-rollout-shutdown", daemon=True)
-        worker.start()
+        Called again (or at interpreter exit, which configure() arranges), it only waits
+        for the first call's work, up to ``timeout_s``.
+        """
+        with self._shutdown_lock:
+            worker = self._shutdown_worker
+            first = worker is None
+            if first:
+                worker = self._shutdown_worker = threading.Thread(
+                    target=self._stop, name="otel-rollout-shutdown", daemon=True
+                )
+                worker.start()
         worker.join(timeout_s)
+        if first:
+            self._print_summary()
+        return not worker.is_alive()
+
+    def _stop(self) -> None:
+        for p in (self.tracer_provider, self.meter_provider):
+            fn = getattr(p, "shutdown", None)
+            if fn is not None:
+                fn()
+        for server in self._closers:  # the port is free again for the next configure()
+            server.shutdown()
+            server.server_close()
+
+    def _print_summary(self) -> None:
         if self.summary_stream is not None and self._summary:
             s = summarize(self._summary)
             out = self.summary_stream
@@ -198,8 +215,10 @@ class Rollout:
             print(f"  frac_time_in_env {s['generate/frac_time_in_env']:.3f}", file=out)
             if self.trace_file is not None:
                 print(f"  traces: {self.trace_file}", file=out)
-        return not worker.is_alive()
 
+
+#: How long interpreter exit waits for a Rollout nobody shut down to flush.
+EXIT_TIMEOUT_S = 5.0
 
 _global_lock = threading.Lock()
 _global: Rollout | None = None
@@ -293,6 +312,10 @@ def _build(opts: dict[str, Any]) -> Rollout:
     attrs.update(opts["resource_attributes"] or {})
     resource = Resource.create(attrs)  # also merges OTEL_RESOURCE_ATTRIBUTES
 
+    # Built first: a bad endpoint is reported before anything is started.
+    span_exporter = (
+        _otlp_exporter("traces", protocol, opts["endpoint"]) if traces_exporter == "otlp" else None
+    )
     readers = []
     closers: list[Any] = []  # servers to stop after the providers shut down
     interval = opts["metric_export_interval_ms"] or _int_env("OTEL_METRIC_EXPORT_INTERVAL", 60000)
@@ -305,7 +328,7 @@ def _build(opts: dict[str, Any]) -> Rollout:
         exporter = (
             ConsoleMetricExporter()
             if metrics_exporter == "console"
-            else _otlp_metric_exporter(protocol, opts["endpoint"])
+            else _otlp_exporter("metrics", protocol, opts["endpoint"])
         )
         readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
     elif metrics_exporter == "prometheus":
@@ -313,7 +336,10 @@ def _build(opts: dict[str, Any]) -> Rollout:
         readers.append(reader)
         if server is not None:
             closers.append(server)
-    meter_provider = MeterProvider(metric_readers=readers, resource=resource)
+    # Our own exit hook shuts both down within a timeout (the SDK's would warn on a second
+    # shutdown after the user's, and has no overall bound).
+    meter_provider = MeterProvider(metric_readers=readers, resource=resource,
+                                   shutdown_on_exit=False)  # fmt: skip
 
     stream = opts["summary_stream"]
     sinks: list[Callable[[Any], Any]] = [collector]
@@ -321,7 +347,8 @@ def _build(opts: dict[str, Any]) -> Rollout:
         sinks.append(opts["on_breakdown"])
     summary: list = []
     processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=opts["bands"])
-    tracer_provider = TracerProvider(resource=resource, sampler=RecordingRatioSampler(ratio))
+    tracer_provider = TracerProvider(resource=resource, sampler=RecordingRatioSampler(ratio),
+                                     shutdown_on_exit=False)  # fmt: skip
     tracer_provider.add_span_processor(processor)
     slow = _float_setting(
         opts["tail_keep_slower_than_s"],
@@ -374,7 +401,7 @@ def _build(opts: dict[str, Any]) -> Rollout:
         processor.add_sink(summary.append)
         stream = stream or sys.stderr
     elif traces_exporter == "otlp":
-        exporter = _otlp_span_exporter(protocol, opts["endpoint"])
+        exporter = span_exporter
         target = (
             opts["endpoint"]
             or (
@@ -397,9 +424,12 @@ def _build(opts: dict[str, Any]) -> Rollout:
                 "protocol": protocol, "sample_ratio": ratio, "tail_keep_slower_than_s": slow,
                 "tail_keep_percentile": pct, "endpoint": opts["endpoint"],
                 "service_name": name, "run_id": run_id}  # fmt: skip
-    return Rollout(tracer_provider, meter_provider, RolloutTracer(tracer_provider, meter_provider),
-                   collector, processor, trace_file, settings=settings, summary_stream=stream,
-                   _summary=summary, _export=export_processors, _closers=closers)  # fmt: skip
+    rollout = Rollout(tracer_provider, meter_provider,
+                      RolloutTracer(tracer_provider, meter_provider), collector, processor,
+                      trace_file, settings=settings, summary_stream=stream, _summary=summary,
+                      _export=export_processors, _closers=closers)  # fmt: skip
+    atexit.register(rollout.shutdown, EXIT_TIMEOUT_S)  # a no-op if the user already did
+    return rollout
 
 
 def _prometheus_reader() -> tuple[Any, Any]:
@@ -429,26 +459,22 @@ def _prometheus_reader() -> tuple[Any, Any]:
     return reader, started[0] if isinstance(started, tuple) else None
 
 
-def _otlp_span_exporter(protocol: str, endpoint: str | None) -> Any:
+def _otlp_exporter(signal: str, protocol: str, endpoint: str | None) -> Any:
+    """The OTLP exporter of ``signal`` (traces, metrics); a bad endpoint is a ConfigError."""
     # A short timeout keeps shutdown() and retries bounded while an endpoint is down.
     timeout = _int_env("OTEL_EXPORTER_OTLP_TIMEOUT", 5000) / 1000
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    url = endpoint.rstrip("/") + "/v1/traces" if endpoint else None
-    return OTLPSpanExporter(endpoint=url, timeout=timeout)
-
-
-def _otlp_metric_exporter(protocol: str, endpoint: str | None) -> Any:
-    timeout = _int_env("OTEL_EXPORTER_OTLP_TIMEOUT", 5000) / 1000
-    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPMetricExporter(endpoint=endpoint, timeout=timeout)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    url = endpoint.rstrip("/") + "/v1/metrics" if endpoint else None
-    return OTLPMetricExporter(endpoint=url, timeout=timeout)
+        if endpoint:
+            endpoint = endpoint.rstrip("/") + f"/v1/{signal}"
+    cls = OTLPSpanExporter if signal == "traces" else OTLPMetricExporter
+    try:
+        return cls(endpoint=endpoint, timeout=timeout)
+    except ValueError as exc:  # e.g. an unparsable URL
+        shown = endpoint or "from OTEL_EXPORTER_OTLP_*ENDPOINT"
+        raise ConfigError(f"OTLP {signal} endpoint {shown!r} is not accepted: {exc}") from exc

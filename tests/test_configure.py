@@ -272,3 +272,42 @@ def test_unwritable_trace_folder_is_a_clear_error(tmp_path):
         ConfigError, match=r"cannot write trace files to .*a-file.*OTEL_ROLLOUT_OUTPUT_DIR"
     ):
         configure(local=True, output_dir=blocker / "traces")
+
+
+def test_unparsable_endpoint_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match=r"endpoint 'http://\[::1' is not accepted"):
+        configure(local=True, endpoint="http://[::1", protocol="grpc")
+
+
+def test_shutdown_twice_and_at_exit_flushes_what_nobody_shut_down(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import otel_rollout\n"
+        f"r = otel_rollout.configure(local=True, output_dir={str(tmp_path)!r})\n"
+        "for i in range(4):\n"
+        "    with r.tracer.trajectory(f't{i}', env='e') as t, t.generate():\n"
+        "        pass\n"
+        "if __import__('sys').argv[1] == 'twice':\n"
+        "    assert r.shutdown(timeout_s=5) and r.shutdown(timeout_s=5)\n"
+    )  # and otherwise exits without shutdown()
+    for mode in ("exit", "twice"):
+        done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "otel-rollout: 4 trajectories" in done.stderr  # the summary, printed once
+        assert done.stderr.count("otel-rollout: 4 trajectories") == 1
+        assert "shutdown can only be called once" not in done.stderr
+    files = sorted(tmp_path.glob("traces-*.jsonl"))
+    assert len(files) == 2
+    for f in files:  # flushed at exit as well as by shutdown()
+        roots = [
+            s
+            for line in f.read_text().splitlines()
+            for rs in json.loads(line)["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for s in ss["spans"]
+            if s["name"] == "trajectory"
+        ]
+        assert len(roots) == 4
