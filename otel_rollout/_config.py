@@ -194,6 +194,12 @@ class Rollout:
             self._print_summary()
         return not worker.is_alive()
 
+    def __enter__(self) -> Rollout:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
     def _stop(self) -> None:
         for p in (self.tracer_provider, self.meter_provider):
             fn = getattr(p, "shutdown", None)

@@ -290,7 +290,8 @@ def test_shutdown_twice_and_at_exit_flushes_what_nobody_shut_down(tmp_path):
         "    with r.tracer.trajectory(f't{i}', env='e') as t, t.generate():\n"
         "        pass\n"
         "if __import__('sys').argv[1] == 'twice':\n"
-        "    assert r.shutdown(timeout_s=5) and r.shutdown(timeout_s=5)\n"
+        "    with r:\n"  # a context manager: shutdown() on exit from the block
+        "        assert r.shutdown(timeout_s=5)\n"
     )  # and otherwise exits without shutdown()
     for mode in ("exit", "twice"):
         done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
