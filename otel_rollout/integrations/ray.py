@@ -27,7 +27,6 @@ imports it, so ``configure()`` can call it in any process.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextvars
 import functools
 import importlib
@@ -77,8 +76,6 @@ CARRIER_KWARG = "otel_carrier"
 GATHERER_NAME = "otel_rollout_gatherer"
 #: A user's own string setup hook, run by :func:`setup_worker` after configuring.
 NEXT_HOOK_ENV = "OTEL_ROLLOUT_RAY_NEXT_HOOK"
-#: How long the exit handler waits for the exporters.
-EXIT_TIMEOUT_S = 5.0
 
 _log = logging.getLogger("otel_rollout.ray")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -255,9 +252,9 @@ def setup_worker() -> None:
     Calls :func:`otel_rollout.configure` (global providers, so ``otel_rollout.trajectory``
     works in tasks) with :func:`resource_attributes` and ``service.instance.id`` set to
     the worker id, keeps the handle for :func:`rollout`,
-    :func:`flush` and :func:`drain`, and registers an exit handler that flushes and shuts
-    the providers down within :data:`EXIT_TIMEOUT_S`. A failure to configure is logged and
-    the worker runs without telemetry. Then runs ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` if set.
+    :func:`flush` and :func:`drain`; ``configure`` flushes and shuts the providers down at
+    exit, within 5 s. A failure to configure is logged and the worker runs without
+    telemetry. Then runs ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` if set.
     """
     global _rollout
     with _setup_lock:
@@ -274,7 +271,6 @@ def setup_worker() -> None:
                         attrs["service.instance.id"] = attrs["ray.worker.id"]
                     handle = _config.configure(resource_attributes=attrs)
                 _rollout = handle
-                atexit.register(_at_exit)
             except Exception as err:
                 _log.warning(
                     "otel-rollout could not configure this Ray worker (%s: %s); "
@@ -286,15 +282,6 @@ def setup_worker() -> None:
     if next_hook and next_hook != SETUP_HOOK:
         module, _, name = next_hook.rpartition(".")
         getattr(importlib.import_module(module), name)()
-
-
-def _at_exit() -> None:
-    handle = _rollout
-    if handle is not None:
-        try:
-            handle.shutdown(timeout_s=EXIT_TIMEOUT_S)
-        except Exception as err:
-            _log.warning("otel-rollout: flushing at exit failed: %s", err)
 
 
 def rollout() -> Any:
