@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from otel_rollout import _attributes as A
 
 _NS = 1e-9
+_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 _BAND_INDEX = {band: i for i, band in enumerate(A.BANDS)}
 
 
@@ -44,6 +45,25 @@ class SpanRecord(NamedTuple):
     start_ns: int
     end_ns: int | None
     phase: str | None
+
+    @classmethod
+    def from_span(cls, span: Any) -> SpanRecord:
+        """The record of an SDK ``ReadableSpan``, or of a span read back from a trace
+        (anything with ``span_id``, ``parent_id``, ``start_ns``, ``end_ns``, ``attributes``)."""
+        attrs = span.attributes or _NO_ATTRS
+        phase = attrs.get(A.PHASE)
+        phase = str(phase) if phase is not None else None
+        context = getattr(span, "context", None)
+        if context is None:  # read back from a file or a backend
+            return cls(span.span_id, span.parent_id, span.start_ns, span.end_ns, phase)
+        parent = span.parent
+        return cls(
+            context.span_id,
+            parent.span_id if parent is not None else None,
+            span.start_time or 0,
+            span.end_time,
+            phase,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +243,56 @@ def compute_breakdown(
         nanos=MappingProxyType(nanos),
         attributes=MappingProxyType(dict(attributes or {})),
     )
+
+
+def root_breakdown(
+    start_ns: int,
+    end_ns: int,
+    phases: Iterable[PhaseInterval | tuple[str, int, int]],
+    attributes: Mapping[str, Any],
+    *,
+    error: bool = False,
+    trace_id: str = "",
+    bands: Mapping[str, str] | None = None,
+) -> Breakdown:
+    """The breakdown of a trajectory root with its labels: what the processor, the console
+    exporter and the report all compute when a root ends.
+
+    ``attributes`` are the root span's; ``error`` is whether its status code is ERROR.
+    """
+    status, env_class, model, labels = root_labels(attributes, error)
+    return compute_breakdown(
+        start_ns,
+        end_ns,
+        phases,
+        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")),
+        trace_id=trace_id,
+        status=status,
+        env_class=env_class,
+        model=model,
+        bands=bands,
+        attributes=labels,
+    )
+
+
+def breakdown_from_tree(
+    root: SpanRecord,
+    spans: Sequence[SpanRecord],
+    attributes: Mapping[str, Any],
+    *,
+    error: bool = False,
+    trace_id: str = "",
+    bands: Mapping[str, str] | None = None,
+) -> tuple[Breakdown, list[PhaseInterval]]:
+    """The breakdown of the trajectory rooted at ``root`` from the spans of its trace, and
+    the outermost phases it was computed from (a span tree: a trace file, a backend, the
+    console exporter's buffer). Phases still open are clipped at the root's end."""
+    end = root.end_ns if root.end_ns is not None else root.start_ns
+    phases = outermost_phases(root.span_id, spans, end_open_at=end)
+    bd = root_breakdown(
+        root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands
+    )
+    return bd, phases
 
 
 def outermost_phases(

@@ -26,7 +26,7 @@ from opentelemetry import metrics, trace
 from otel_rollout._export import ExportStats, guarded_batch_processor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
-from otel_rollout._summary import BreakdownCollector, summarize
+from otel_rollout._summary import SKYRL_KEY_NAMES, BreakdownCollector, summarize
 from otel_rollout._tailkeep import TailKeepProcessor
 from otel_rollout._tracer import RolloutTracer
 
@@ -214,7 +214,7 @@ class Rollout:
             s = summarize(self._summary)
             out = self.summary_stream
             print(f"otel-rollout: {len(self._summary)} trajectories", file=out)
-            for band in ("completion", "llm", "env", "env_setup", "env_teardown", "other"):
+            for band in SKYRL_KEY_NAMES:
                 mean = s[f"generate/trajectory_time_{band}_mean"]
                 p90 = s[f"generate/trajectory_time_{band}_p90"]
                 print(f"  {band:<13} mean {mean:8.3f}s  p90 {p90:8.3f}s", file=out)

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import SpanRecord, compute_breakdown, outermost_phases, root_labels
+from otel_rollout._breakdown import SpanRecord, breakdown_from_tree, root_labels
 from otel_rollout._errors import internal_error, warn_once
 
 #: Printed roots (and spans flushed early) remembered, so a span ending after its
@@ -413,20 +413,13 @@ class ConsoleTreeExporter(SpanExporter):
     def _compute_breakdown(
         self, root: ReadableSpan, descendants: list[ReadableSpan]
     ) -> dict[str, float]:
-        start = root.start_time or 0
-        end = root.end_time or start
-        records = [
-            SpanRecord(
-                s.context.span_id,
-                s.parent.span_id if s.parent else None,
-                s.start_time or 0,
-                s.end_time,
-                _phase(s),
-            )
-            for s in descendants
-        ]
-        phases = outermost_phases(root.context.span_id, records, end_open_at=end)
-        bd = compute_breakdown(start, end, phases, bands=self._bands)
+        bd, _ = breakdown_from_tree(
+            SpanRecord.from_span(root),
+            [SpanRecord.from_span(s) for s in descendants],
+            root.attributes or {},
+            error=root.status.status_code is StatusCode.ERROR,
+            bands=self._bands,
+        )
         out: dict[str, float] = {"e2e": bd.e2e}
         for band in A.ALL_BANDS:
             out[band] = getattr(bd, band)
@@ -472,11 +465,6 @@ class ConsoleTreeExporter(SpanExporter):
 
 def _by_start(spans: list[ReadableSpan], *, reverse: bool = False) -> list[ReadableSpan]:
     return sorted(spans, key=lambda s: s.start_time or 0, reverse=reverse)
-
-
-def _phase(span: ReadableSpan) -> str | None:
-    phase = (span.attributes or {}).get(A.PHASE)
-    return str(phase) if phase is not None else None
 
 
 def _breakdown_from_attributes(attrs: Mapping[str, Any]) -> dict[str, float] | None:

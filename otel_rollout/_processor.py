@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan, StatusCode
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import Breakdown, compute_breakdown, root_labels
+from otel_rollout._breakdown import Breakdown, root_breakdown
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._version import __version__
 
@@ -254,18 +254,14 @@ class BreakdownProcessor(SpanProcessor):
     ) -> Breakdown:
         merged = dict(traj.attrs)
         merged.update(attrs)
-        status, env_class, model, low_card = root_labels(merged, status_code is StatusCode.ERROR)
-        return compute_breakdown(
+        return root_breakdown(
             traj.start_ns,
             end_ns,
             phases,
-            trajectory_id=str(merged.get(A.TRAJECTORY_ID, "")),
+            merged,
+            error=status_code is StatusCode.ERROR,
             trace_id=format(traj.trace_id, "032x"),
-            status=status,
-            env_class=env_class,
-            model=model,
             bands=self._bands,
-            attributes=low_card,
         )
 
     def _emit(self, bd: Breakdown, span: ReadableSpan) -> None:

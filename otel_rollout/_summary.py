@@ -12,7 +12,8 @@ import numpy as np
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import Breakdown
 
-#: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``.
+#: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``, with the
+#: :class:`Breakdown` field it is computed from; the one place these keys are written.
 _KEY_NAMES = (
     ("completion", "e2e"),
     ("llm", A.PHASE_LLM),
@@ -21,6 +22,8 @@ _KEY_NAMES = (
     ("env_teardown", A.PHASE_ENV_TEARDOWN),
     ("other", A.BAND_OTHER),
 )
+#: The ``<name>`` part of SkyRL's keys, in table order (``completion`` is e2e).
+SKYRL_KEY_NAMES = tuple(key for key, _ in _KEY_NAMES)
 
 
 def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> dict[str, float]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,12 +132,14 @@ def _example(args: argparse.Namespace) -> int:
 
 
 def _show(console, bds, phases, out_dir: Path | None, title: str) -> None:
-    from otel_rollout.demo import _render
+    from otel_rollout.report._tables import print_slowest, print_table
 
-    _render.print_table(console, bds, title)
-    _render.print_slowest(console, bds)
+    print_table(console, bds, title)
+    print_slowest(console, bds)
     if out_dir is not None and bds:
-        png, page = _render.draw(bds, phases, out_dir)
+        from otel_rollout.report._pictures import draw
+
+        png, page = draw(bds, phases, out_dir)
         console.print(f"pictures: {png}  {page}")
 
 
@@ -149,9 +150,9 @@ def _demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from otel_rollout._otlp_json import read_trace_file
     from otel_rollout.demo._engine import OpenAIEngine, SimEngine
     from otel_rollout.demo._run import run_demo_async
+    from otel_rollout.report import read_trace_file
 
     envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
     if args.engine == "openai":
@@ -192,9 +193,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from otel_rollout._otlp_json import TraceReadError
-    from otel_rollout._summary import summarize
-    from otel_rollout.demo._sources import read_source
+    from otel_rollout.report import TraceReadError, read_source
+    from otel_rollout.report._json import dumps
 
     try:
         result = read_source(args.source, bands=_parse_bands(args.band), service=args.service)
@@ -213,10 +213,7 @@ def _report(args: argparse.Namespace) -> int:
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.format == "json":
-        out = summarize(bds)
-        out["trajectories"] = len(bds)
-        out["incomplete"] = len(result.incomplete)
-        print(json.dumps(out, indent=2, sort_keys=True))
+        print(dumps(result, bds))
         if result.incomplete:
             print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
         return 0

@@ -15,10 +15,10 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("rich")
 
 from otel_rollout import _attributes as A
-from otel_rollout._otlp_json import read_spans_file, read_trace_file
 from otel_rollout.cli import main
 from otel_rollout.demo._engine import OpenAIEngine
 from otel_rollout.demo._run import run_demo_async
+from otel_rollout.report import read_spans_file, read_trace_file
 
 
 def test_demo_cli_end_to_end(tmp_path, capsys):

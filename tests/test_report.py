@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("skyrl_gym")
 
 from otel_rollout import _attributes as A
-from otel_rollout._otlp_json import read_spans_file
 from otel_rollout.cli import main
 from otel_rollout.demo._run import run_demo_async
+from otel_rollout.report import read_spans_file
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_jaeger_and_tempo_urls(demo, capsys):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
     try:
-        from otel_rollout.demo._sources import read_source
+        from otel_rollout.report import read_source
 
         online = {b.trace_id: b for b in demo.breakdowns}
         jr = read_source(f"{base}/api/traces?service=otel-rollout-demo")

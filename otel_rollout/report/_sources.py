@@ -7,14 +7,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from otel_rollout._otlp_json import (
-    RawSpan,
-    ReadResult,
-    TraceReadError,
-    breakdowns_from_spans,
-    read_spans_file,
-    spans_from_document,
-)
+from otel_rollout.report._assemble import breakdowns_from_spans
+from otel_rollout.report._documents import read_spans_file, spans_from_document
+from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError
 
 
 def _get(url: str, timeout: float = 30.0) -> Any:

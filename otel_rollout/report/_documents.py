@@ -1,8 +1,8 @@
-"""Reading OTLP/JSON lines (what the official file exporter writes) back into breakdowns.
+"""Trace JSON documents back into spans: OTLP/JSON, Tempo's trace JSON, Jaeger's JSON.
 
-One line per ``ExportTraceServiceRequest`` in OTLP/JSON (hex or base64 ids, nanosecond
-times as strings). The reader also takes Jaeger's query-API JSON and Tempo's trace JSON,
-and recomputes breakdowns with the same functions the online processor uses.
+OTLP/JSON is what the official file exporter writes, one ``ExportTraceServiceRequest`` a
+line (hex or base64 ids, nanosecond times as strings); Tempo's ``/api/traces/<id>`` answers
+the same shape (under ``batches``); Jaeger's query API answers ``{"data": [...]}``.
 """
 
 from __future__ import annotations
@@ -11,61 +11,12 @@ import base64
 import json
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from otel_rollout import _attributes as A
-from otel_rollout._breakdown import (
-    Breakdown,
-    PhaseInterval,
-    SpanRecord,
-    compute_breakdown,
-    outermost_phases,
-    root_labels,
-)
-
-# --- reading ---------------------------------------------------------------------------
-
-
-class TraceReadError(ValueError):
-    """Input that is not OTLP/Jaeger/Tempo trace JSON; the message names where."""
-
-
-@dataclass
-class RawSpan:
-    trace_id: str
-    span_id: int
-    parent_id: int | None
-    name: str
-    start_ns: int
-    end_ns: int | None
-    attributes: dict[str, Any]
-    status_code: StatusCode | None = None
-    service: str | None = None
-
-
-@dataclass
-class TrajectoryTrace:
-    """One trajectory rebuilt from a trace: its breakdown and outermost phases."""
-
-    breakdown: Breakdown
-    phases: list[PhaseInterval]
-    service: str | None = None
-
-
-@dataclass
-class ReadResult:
-    trajectories: list[TrajectoryTrace] = field(default_factory=list)
-    #: trace ids with phase spans but no trajectory root (lost, still running, truncated)
-    incomplete: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def breakdowns(self) -> list[Breakdown]:
-        return [t.breakdown for t in self.trajectories]
+from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError
 
 
 def _decode_id(raw: Any, width: int) -> str:
@@ -198,54 +149,3 @@ def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[
         except (TraceReadError, KeyError, TypeError, ValueError) as exc:
             raise TraceReadError(f"{path}:{i + 1}: not OTLP/JSON trace data: {exc}") from exc
     return spans
-
-
-def breakdowns_from_spans(
-    spans: Iterable[RawSpan],
-    *,
-    bands: Mapping[str, str] | None = None,
-    result: ReadResult | None = None,
-) -> ReadResult:
-    """Group spans by trace and recompute each trajectory's breakdown (same functions)."""
-    result = result or ReadResult()
-    by_trace: dict[str, list[RawSpan]] = {}
-    for s in spans:
-        by_trace.setdefault(s.trace_id, []).append(s)
-    for trace_id, tspans in by_trace.items():
-        roots = [s for s in tspans if A.TRAJECTORY_ID in s.attributes]
-        if not roots:
-            if any(A.PHASE in s.attributes for s in tspans):
-                result.incomplete.append(trace_id)
-            continue  # unrelated service's trace
-        records = [
-            SpanRecord(s.span_id, s.parent_id, s.start_ns, s.end_ns, s.attributes.get(A.PHASE))
-            for s in tspans
-        ]
-        for root in roots:
-            if root.end_ns is None:
-                result.incomplete.append(trace_id)
-                continue
-            phases = outermost_phases(root.span_id, records, end_open_at=root.end_ns)
-            attrs = root.attributes
-            status, env_class, model, low = root_labels(attrs, root.status_code is StatusCode.ERROR)
-            bd = compute_breakdown(
-                root.start_ns,
-                root.end_ns,
-                phases,
-                trajectory_id=str(attrs.get(A.TRAJECTORY_ID, "")),
-                trace_id=trace_id,
-                status=status,
-                env_class=env_class,
-                model=model,
-                bands=bands,
-                attributes=low,
-            )
-            result.trajectories.append(TrajectoryTrace(bd, phases, root.service))
-    return result
-
-
-def read_trace_file(path: str | Path, *, bands: Mapping[str, str] | None = None) -> ReadResult:
-    """Breakdowns of every trajectory in an OTLP JSON lines file."""
-    result = ReadResult()
-    spans = read_spans_file(path, result)
-    return breakdowns_from_spans(spans, bands=bands, result=result)
