@@ -83,3 +83,23 @@ DURATION_BUCKETS: Final = (
     120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
 )  # fmt: skip
 TURN_BUCKETS: Final = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256)
+
+# --- vLLM: its own span keys (``vllm.tracing.utils.SpanAttributes``) -------------------
+#: vLLM's ``llm_request`` span carries these; the vLLM integration writes them on our
+#: ``generate`` span too, computed the same way from ``RequestOutput.metrics``.
+VLLM_SPAN_LLM_REQUEST: Final = "llm_request"
+VLLM_REQUEST_ID: Final = "gen_ai.request.id"
+VLLM_REQUEST_N: Final = "gen_ai.request.n"
+VLLM_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
+VLLM_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
+VLLM_TIME_IN_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+VLLM_TIME_IN_DECODE: Final = "gen_ai.latency.time_in_model_decode"
+VLLM_TIME_IN_INFERENCE: Final = "gen_ai.latency.time_in_model_inference"
+VLLM_E2E: Final = "gen_ai.latency.e2e"
+VLLM_NUM_PREEMPTIONS: Final = "vllm.request.num_preemptions"
+#: Resource attribute vLLM puts on the tracer provider it builds (``init_tracer``).
+VLLM_RESOURCE_KEY: Final = "vllm.instrumenting_module_name"
+#: GenAI semantic convention: prompt tokens served from the (prefix) cache.
+GEN_AI_USAGE_CACHE_READ: Final = "gen_ai.usage.cache_read.input_tokens"
+#: True when the consumer closed a stream before the engine's final output.
+GENERATE_CLOSED_EARLY: Final = "rollout.generate.closed_early"

@@ -45,13 +45,33 @@ def internal_error(where: str, exc: BaseException) -> None:
         )
 
 
-def warn_once(key: str, message: str, *args: object) -> None:
-    """Log ``message`` at WARNING the first time ``key`` is seen in this process."""
+def warn_once(
+    key: str,
+    message: str,
+    *args: object,
+    level: int = logging.WARNING,
+    log: logging.Logger | None = None,
+) -> bool:
+    """Log ``message`` (at ``level``, on ``log``) the first time ``key`` is seen in this
+    process; returns whether it logged."""
     with _lock:
         if key in _seen:
-            return
+            return False
         _seen.add(key)
-    logger.warning(message, *args)
+    (log or logger).log(level, message, *args)
+    return True
+
+
+def warned(key: str) -> bool:
+    """Whether :func:`warn_once` has already logged ``key`` (a cheap check before work)."""
+    return key in _seen
+
+
+def forget_warnings(prefix: str) -> None:
+    """Forget the one-time messages whose key starts with ``prefix`` (tests)."""
+    with _lock:
+        for key in [k for k in _seen if k.startswith(prefix)]:
+            _seen.discard(key)
 
 
 def error_type(exc: BaseException) -> str:

@@ -779,3 +779,41 @@ def test_gpu_check_script_help_runs_without_vllm():
     )
     assert proc.returncode == 0, proc.stderr
     assert "--otlp-traces-endpoint" in proc.stdout and "PASS" in proc.stdout
+
+
+# --- suppression, registration ---
+async def test_suppressed_instrumentation_passes_calls_through_untouched(rollout_env):
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    engine = V.wrap_generate(FakeAsyncLLM(rollout_env.tracer_provider), standalone=True)
+    async with rollout_env.tracer.trajectory():
+        with suppress_instrumentation():
+            outs = await consume(engine, "p", SamplingParams(), "r")
+        await consume(engine, "p", SamplingParams(), "s")
+    assert len(outs) == 3
+    assert engine.received[0] is None  # no trace_headers added while suppressed
+    assert engine.received[1]["traceparent"]
+    assert len(rollout_env.spans(A.SPAN_GENERATE)) == 1
+
+
+def test_instrumentor_is_registered_under_the_opentelemetry_entry_point():
+    import importlib
+    import tomllib
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    target = eps["opentelemetry_instrumentor"]["vllm"]
+    module, _, name = target.partition(":")
+    assert getattr(importlib.import_module(module), name) is V.VLLMInstrumentor
+    assert V.VLLMInstrumentor().instrumentation_dependencies()  # checked by auto-instrument
+
+
+def test_public_names_import_as_before():
+    for name in (
+        "VLLMInstrumentor", "trace_headers", "unwrap_generate", "vllm_provider_warning",
+        "wrap_generate", "engine_timings", "VLLM_REQUEST_ID", "VLLM_REQUEST_N",
+        "VLLM_TIME_IN_QUEUE", "VLLM_TIME_TO_FIRST_TOKEN", "VLLM_TIME_IN_PREFILL",
+        "VLLM_TIME_IN_DECODE", "VLLM_TIME_IN_INFERENCE", "VLLM_NUM_PREEMPTIONS",
+        "GEN_AI_USAGE_CACHE_READ", "CLOSED_EARLY", "VLLM_RESOURCE_KEY", "W3C_HEADERS",
+        "OPERATION", "SYSTEM",
+    ):  # fmt: skip
+        assert hasattr(V, name), name

@@ -1,0 +1,157 @@
+"""Patching vLLM's engine classes (or one engine object) with ``wrapt``, and undoing it."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import wrapt
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import unwrap
+
+from otel_rollout.integrations import require
+from otel_rollout.integrations.vllm._provider import check_provider
+from otel_rollout.integrations.vllm._shape import CallShape
+from otel_rollout.integrations.vllm._stream import Options, dispatch
+
+#: The vLLM versions this instrumentor is for (``opentelemetry-instrument`` checks it).
+_INSTRUMENTS = ("vllm >= 0.6",)
+
+
+class _GenerateWrapper:
+    """The ``wrapt`` wrapper of one ``generate``: every call goes through :func:`dispatch`."""
+
+    __slots__ = ("engine", "opts", "shape")
+
+    def __init__(self, opts: Options, shape: CallShape, engine: Any = None) -> None:
+        self.opts = opts
+        self.shape = shape
+        self.engine = engine  # set for one wrapped object; None for a class
+
+    def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not self.opts.active:
+            return wrapped(*args, **kwargs)
+        engine = self.engine if self.engine is not None else instance
+        if engine is None:  # called through the class: Cls.generate(engine, ...)
+            if not args:
+                return wrapped(*args, **kwargs)
+            engine, args = args[0], args[1:]
+            wrapped = functools.partial(wrapped, engine)
+        return dispatch(wrapped, engine, args, kwargs, self.shape, self.opts)
+
+
+def _ours(fn: Any) -> _GenerateWrapper | None:
+    wrapper = getattr(fn, "_self_wrapper", None)  # wrapt's proxies, bound or not
+    return wrapper if isinstance(wrapper, _GenerateWrapper) else None
+
+
+def wrap_generate(
+    engine: Any,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    standalone: bool = False,
+    model: str | None = None,
+) -> Any:
+    """Trace ``engine.generate`` on this one engine object (idempotent); returns ``engine``.
+
+    Inside a trajectory each call is a ``generate`` span of it (recorded by the
+    trajectory's own provider). Outside one the call passes through unchanged, unless
+    ``standalone=True``: then it is a plain GenAI ``generate`` span (kind CLIENT) from
+    ``tracer_provider`` (default: the global one), parented by the caller's
+    ``trace_headers`` when they name a span, else by the current context. ``model``
+    overrides the model name read from ``engine.model_config``.
+    """
+    current = engine.generate
+    if _ours(current) is not None:
+        return engine
+    opts = Options(tracer_provider, standalone, model)
+    engine.generate = wrapt.FunctionWrapper(
+        current, _GenerateWrapper(opts, CallShape(current), engine)
+    )
+    if opts.standalone:
+        check_provider(opts.tracer)
+    return engine
+
+
+def unwrap_generate(engine: Any) -> Any:
+    """Undo :func:`wrap_generate` on ``engine``; returns ``engine``."""
+    current = getattr(engine, "__dict__", {}).get("generate")
+    wrapper = _ours(current)
+    if wrapper is not None:
+        wrapper.opts.active = False
+        del engine.generate
+    return engine
+
+
+def _vllm_engine_classes() -> list[type]:
+    require("vllm", "vllm")
+    found: list[type] = []
+    for module, name in (
+        ("vllm.v1.engine.async_llm", "AsyncLLM"),
+        ("vllm.engine.async_llm_engine", "AsyncLLMEngine"),
+    ):
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    if not found:
+        raise ImportError("no AsyncLLM / AsyncLLMEngine class found in this vLLM")
+    return found
+
+
+class VLLMInstrumentor(BaseInstrumentor):
+    """Trace ``AsyncLLM.generate`` / ``AsyncLLMEngine.generate``; idempotent.
+
+    ``instrument(tracer_provider=..., standalone=False, model=None, engine_classes=None)``:
+    ``tracer_provider`` is used for standalone spans (spans inside a trajectory always use
+    the trajectory's provider, so its BreakdownProcessor sees them); ``engine_classes``
+    patches other classes with the same ``generate`` shape instead of vLLM's (a subclass,
+    a fork, a test double), and then vLLM need not be installed. ``uninstrument()``
+    restores every class as it was. Registered under the ``opentelemetry_instrumentor``
+    entry point as ``vllm``.
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _INSTRUMENTS
+
+    def instrument(self, **kwargs: Any) -> Any:
+        if kwargs.get("engine_classes"):  # not vLLM's classes: its version is irrelevant
+            kwargs.setdefault("skip_dep_check", True)
+        return super().instrument(**kwargs)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        classes: Iterable[type] = kwargs.get("engine_classes") or _vllm_engine_classes()
+        opts = Options(
+            kwargs.get("tracer_provider"), kwargs.get("standalone", False), kwargs.get("model")
+        )
+        self._opts = opts
+        self._patched: list[tuple[type, bool, Any]] = []
+        for cls in dict.fromkeys(classes):
+            own = "generate" in cls.__dict__
+            original = cls.__dict__["generate"] if own else cls.generate
+            if _ours(original) is not None:
+                continue
+            wrapt.wrap_function_wrapper(
+                cls, "generate", _GenerateWrapper(opts, CallShape(original, skip=1))
+            )
+            self._patched.append((cls, own, cls.__dict__["generate"]))
+        if opts.standalone:
+            check_provider(opts.tracer)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        opts = getattr(self, "_opts", None)
+        if opts is not None:
+            opts.active = False  # a wrapper someone else wrapped over stays, inert
+        for cls, own, proxy in getattr(self, "_patched", ()):
+            if cls.__dict__.get("generate") is not proxy:
+                continue
+            if own:
+                unwrap(cls, "generate")
+            else:
+                delattr(cls, "generate")
+        self._patched = []

@@ -1,0 +1,166 @@
+"""Reading vLLM's ``RequestOutput`` stream: tokens, finish reasons and engine timings."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from otel_rollout import _attributes as A
+from otel_rollout._tracer import Generation
+
+OPERATION: Final = "text_completion"
+SYSTEM: Final = "vllm"
+
+
+def is_delta(sampling_params: Any) -> bool:
+    """Whether outputs arrive as deltas (``RequestOutputKind.DELTA``) rather than totals."""
+    kind = getattr(sampling_params, "output_kind", None)
+    return getattr(kind, "name", None) == "DELTA"
+
+
+class Usage:
+    """What the stream showed: tokens per completion index, finish reasons, metrics."""
+
+    __slots__ = (
+        "cached",
+        "delta",
+        "finished",
+        "metrics",
+        "output_tokens",
+        "prompt",
+        "prompt_tokens",
+        "reasons",
+        "texts",
+    )
+
+    def __init__(self, delta: bool, capture: bool) -> None:
+        self.delta = delta
+        self.prompt_tokens: int | None = None
+        self.cached: int | None = None
+        self.output_tokens: dict[int, int] = {}
+        self.reasons: dict[int, str] = {}
+        self.finished = False
+        self.metrics: Any = None
+        self.prompt: Any = None
+        self.texts: dict[int, str] | None = {} if capture else None
+
+    def add(self, out: Any) -> None:
+        """Take in one ``RequestOutput``."""
+        if self.prompt_tokens is None:
+            ids = getattr(out, "prompt_token_ids", None)
+            if ids is not None:
+                self.prompt_tokens = len(ids)
+        cached = getattr(out, "num_cached_tokens", None)
+        if cached is not None:
+            self.cached = int(cached)
+        metrics = getattr(out, "metrics", None)
+        if metrics is not None:
+            self.metrics = metrics
+        texts = self.texts
+        if texts is not None and self.prompt is None:
+            self.prompt = getattr(out, "prompt", None)
+        for c in getattr(out, "outputs", None) or ():
+            idx = getattr(c, "index", 0)
+            n = len(getattr(c, "token_ids", None) or ())
+            if self.delta:
+                self.output_tokens[idx] = self.output_tokens.get(idx, 0) + n
+            else:
+                self.output_tokens[idx] = n
+            reason = getattr(c, "finish_reason", None)
+            if reason is not None:
+                self.reasons[idx] = str(reason)
+            if texts is not None:
+                text = getattr(c, "text", None) or ""
+                texts[idx] = texts.get(idx, "") + text if self.delta else text
+        if getattr(out, "finished", False):
+            self.finished = True
+
+    def record(self, gen: Generation) -> None:
+        """Write what was seen onto the generate span."""
+        reasons = [self.reasons[i] for i in sorted(self.reasons)]
+        gen.record(
+            input_tokens=self.prompt_tokens,
+            output_tokens=sum(self.output_tokens.values()) if self.output_tokens else None,
+            finish_reasons=reasons or None,
+        )
+        span = gen.span
+        if self.cached is not None:
+            span.set_attribute(A.GEN_AI_USAGE_CACHE_READ, self.cached)
+        if self.metrics is not None:
+            span.set_attributes(engine_timings(self.metrics))
+        if self.texts is not None:
+            completion = "\n".join(self.texts[i] for i in sorted(self.texts)) or None
+            prompt = self.prompt if isinstance(self.prompt, str) else None
+            gen.record_content(prompt=prompt, completion=completion)
+
+
+def engine_timings(metrics: Any) -> dict[str, float | int]:
+    """Durations from ``RequestOutput.metrics`` (vLLM's ``RequestStateStats``), seconds.
+
+    Only differences taken within one clock: ``queued_ts``, ``scheduled_ts``,
+    ``first_token_ts`` and ``last_token_ts`` are the engine core's monotonic clock, while
+    ``arrival_time`` is the frontend's wall clock and is never subtracted from them.
+    A timestamp still at its default 0.0 (not reached, e.g. aborted while queued) yields
+    nothing. ``first_token_latency`` is vLLM's own wall-clock difference from arrival.
+    The keys are vLLM's own (those of its ``llm_request`` span); the breakdown's
+    ``llm_queue / llm_prefill / llm_decode`` sub-parts are read from them.
+    """
+    out: dict[str, float | int] = {}
+
+    def ts(name: str) -> float:
+        value = getattr(metrics, name, None)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    queued, scheduled = ts("queued_ts"), ts("scheduled_ts")
+    first, last = ts("first_token_ts"), ts("last_token_ts")
+    for key, a, b in (
+        (A.VLLM_TIME_IN_QUEUE, queued, scheduled),
+        (A.VLLM_TIME_IN_PREFILL, scheduled, first),
+        (A.VLLM_TIME_IN_DECODE, first, last),
+        (A.VLLM_TIME_IN_INFERENCE, scheduled, last),
+    ):
+        if a > 0.0 and b > 0.0 and b >= a:
+            out[key] = b - a
+    ttft = ts("first_token_latency")
+    if ttft > 0.0:
+        out[A.VLLM_TIME_TO_FIRST_TOKEN] = ttft
+    preemptions = getattr(metrics, "num_preemptions", None)
+    if isinstance(preemptions, int) and preemptions > 0:
+        out[A.VLLM_NUM_PREEMPTIONS] = preemptions
+    return out
+
+
+def model_of(engine: Any) -> str | None:
+    """The served model name from ``engine.model_config``, if any."""
+    config = getattr(engine, "model_config", None)
+    if config is None:
+        return None
+    served = getattr(config, "served_model_name", None)
+    if isinstance(served, list | tuple) and served:
+        served = served[0]
+    if isinstance(served, str) and served:
+        return served
+    model = getattr(config, "model", None)
+    return model if isinstance(model, str) else None
+
+
+def request_attributes(
+    engine: Any, sampling_params: Any, request_id: Any, model: str | None
+) -> dict[str, Any]:
+    """GenAI request attributes of one call, from its ``SamplingParams``."""
+    attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: OPERATION, A.GEN_AI_SYSTEM: SYSTEM}
+    model = model or model_of(engine)
+    if model:
+        attrs[A.GEN_AI_REQUEST_MODEL] = model
+    if request_id is not None:
+        attrs[A.VLLM_REQUEST_ID] = str(request_id)
+    if sampling_params is not None:
+        for key, name, kind in (
+            (A.GEN_AI_REQUEST_MAX_TOKENS, "max_tokens", int),
+            (A.GEN_AI_REQUEST_TEMPERATURE, "temperature", float),
+            (A.GEN_AI_REQUEST_TOP_P, "top_p", float),
+            (A.VLLM_REQUEST_N, "n", int),
+        ):
+            value = getattr(sampling_params, name, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attrs[key] = kind(value)
+    return attrs

@@ -1,0 +1,207 @@
+"""The traced ``generate`` stream: one ``generate`` span per call, its traceparent in the
+call's ``trace_headers``, the outputs read as they stream past.
+
+The generate span is never made the current span while the stream is open: an async
+generator runs in its consumer's context, so attaching it across ``yield`` would leak it
+into the caller's code and detach it from the wrong context when the stream is closed
+from a finalizer. vLLM does not need it current; the ``traceparent`` carries it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import Span, SpanKind
+
+from otel_rollout import _attributes as A
+from otel_rollout._errors import internal_error
+from otel_rollout._tracer import Generation, Trajectory, _capture_content, current_trajectory
+from otel_rollout._version import __version__
+from otel_rollout.integrations.vllm._headers import (
+    merge_headers,
+    parent_from_headers,
+    w3c_headers,
+)
+from otel_rollout.integrations.vllm._outputs import Usage, is_delta, request_attributes
+from otel_rollout.integrations.vllm._provider import (
+    check_provider,
+    engine_traces,
+    hint_engine_not_tracing,
+)
+from otel_rollout.integrations.vllm._shape import CallShape
+
+logger = logging.getLogger("otel_rollout.integrations.vllm")
+
+#: Set while a traced call creates the engine's stream, so a second layer (an instance
+#: wrapped with ``wrap_generate`` whose class is also instrumented) passes through.
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "otel_rollout_vllm_inside", default=False
+)
+
+
+class Options:
+    """One instrumentation's settings; ``active`` False turns its wrappers inert."""
+
+    __slots__ = ("active", "model", "standalone", "tracer")
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None,
+        standalone: bool,
+        model: str | None,
+    ) -> None:
+        self.tracer = trace.get_tracer(
+            "otel_rollout.integrations.vllm", __version__, tracer_provider
+        )
+        self.standalone = bool(standalone)
+        self.model = model
+        self.active = True
+
+
+def _start_span(
+    traj: Trajectory | None,
+    parent: otel_context.Context,
+    caller_headers: Mapping[str, str] | None,
+    attrs: dict[str, Any],
+    opts: Options,
+) -> Span:
+    if traj is not None:
+        # Trajectory.generate numbers the turn and adds the trajectory's model; the span is
+        # started here, not entered, so that it is never attached across a yield.
+        if traj.model is not None:
+            attrs.pop(A.GEN_AI_REQUEST_MODEL, None)
+        # ``traj`` was current when the call was made, so the caller's context is inside
+        # it (possibly inside another phase: an LLM judge in env.step is env time).
+        return traj.generate(**attrs).start(context=parent).span
+    ctx = parent_from_headers(caller_headers) or parent
+    return opts.tracer.start_span(
+        A.SPAN_GENERATE, context=ctx, kind=SpanKind.CLIENT, attributes=attrs
+    )
+
+
+def _is_open_generate(span: Any) -> bool:
+    attrs = getattr(span, "attributes", None)
+    return (
+        getattr(span, "name", None) == A.SPAN_GENERATE
+        and span.is_recording()
+        and attrs is not None
+        and attrs.get(A.PHASE) == A.PHASE_LLM
+    )
+
+
+def _begin(
+    engine: Any,
+    args: tuple,
+    kwargs: dict,
+    shape: CallShape,
+    traj: Trajectory | None,
+    parent: otel_context.Context,
+    opts: Options,
+) -> tuple[Generation, Usage, tuple, dict, bool]:
+    """Start the span (or reuse the enclosing generate span: ``owned`` False) and put
+    its traceparent into the call's ``trace_headers``."""
+    check_provider(traj.tracer if traj is not None else opts.tracer)
+    caller_headers = shape.get("trace_headers", args, kwargs)
+    sampling_params = shape.get("sampling_params", args, kwargs)
+    request_id = shape.get("request_id", args, kwargs)
+    attrs = request_attributes(engine, sampling_params, request_id, opts.model)
+    outer = trace.get_current_span(parent)
+    owned = traj is None or not _is_open_generate(outer)
+    if owned:
+        span = _start_span(traj, parent, caller_headers, attrs, opts)
+    else:
+        # Already inside a generate phase (the user's traj.generate(), or the SkyRL
+        # instrumentor around its client): that span is the call; no second turn.
+        span = outer
+        span.set_attributes(attrs)
+    usage = Usage(is_delta(sampling_params), _capture_content())
+    if engine_traces(engine) is False:
+        hint_engine_not_tracing()
+    elif shape.accepts("trace_headers"):
+        merged = merge_headers(caller_headers, w3c_headers(trace.set_span_in_context(span)))
+        args, kwargs = shape.put("trace_headers", merged, args, kwargs)
+    return Generation(span), usage, args, kwargs, owned
+
+
+async def _stream(
+    call: Callable[..., Any],
+    engine: Any,
+    args: tuple,
+    kwargs: dict,
+    shape: CallShape,
+    traj: Trajectory | None,
+    parent: otel_context.Context,
+    opts: Options,
+) -> Any:
+    gen: Generation | None = None
+    usage: Usage | None = None
+    owned = True
+    try:
+        gen, usage, args, kwargs, owned = _begin(engine, args, kwargs, shape, traj, parent, opts)
+    except Exception as err:  # never break the call: it goes through untraced
+        internal_error("vllm generate start", err)
+    inner: Any = None
+    closed_early = False
+    try:
+        token = _INSIDE.set(True)
+        try:
+            inner = call(*args, **kwargs)
+        finally:
+            _INSIDE.reset(token)
+        if not hasattr(inner, "__aiter__") and inspect.isawaitable(inner):
+            inner = await inner
+        async for out in inner:
+            if usage is not None:
+                try:
+                    usage.add(out)
+                except Exception as err:
+                    internal_error("vllm output", err)
+            yield out
+    except GeneratorExit:
+        closed_early = usage is not None and not usage.finished
+        aclose = getattr(inner, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()  # vLLM aborts the request now, not when garbage collected
+            except Exception as err:
+                logger.debug("closing the vLLM stream raised %r", err)
+        raise
+    except BaseException as exc:
+        if gen is not None and owned:  # an enclosing phase records it as it propagates
+            gen.record_error(exc)
+        raise
+    finally:
+        if gen is not None and usage is not None:
+            try:
+                usage.record(gen)
+                if closed_early:
+                    gen.span.set_attribute(A.GENERATE_CLOSED_EARLY, True)
+                if owned:
+                    gen.end()
+            except Exception as err:
+                internal_error("vllm generate end", err)
+
+
+def dispatch(
+    call: Callable[..., Any],
+    engine: Any,
+    args: tuple,
+    kwargs: dict,
+    shape: CallShape,
+    opts: Options,
+) -> Any:
+    """The engine's own stream, or a traced one: inside a trajectory (or ``standalone``),
+    not nested in another traced call, and not while instrumentation is suppressed."""
+    if not opts.active or _INSIDE.get() or not is_instrumentation_enabled():
+        return call(*args, **kwargs)
+    traj = current_trajectory()
+    if traj is None and not opts.standalone:
+        return call(*args, **kwargs)
+    return _stream(call, engine, args, kwargs, shape, traj, otel_context.get_current(), opts)
