@@ -33,6 +33,8 @@ REPETITION_ID: Final = "rollout.trajectory.repetition_id"
 GROUP_ID: Final = "rollout.trajectory.group_id"
 STATUS: Final = "rollout.trajectory.status"
 REWARD: Final = "rollout.trajectory.reward"
+#: Rewards other than the default one: ``rollout.reward.<name>`` (judges, reward terms).
+REWARD_PREFIX: Final = "rollout.reward."
 TURNS: Final = "rollout.trajectory.turns"
 ENV_STEPS: Final = "rollout.trajectory.env_steps"
 ENV_CLASS: Final = "rollout.env.class"
@@ -40,6 +42,18 @@ ENV_CLASS: Final = "rollout.env.class"
 STATUS_OK: Final = "ok"
 STATUS_ERROR: Final = "error"
 STATUS_CANCELLED: Final = "cancelled"
+STATUS_TIMEOUT: Final = "timeout"
+STATUS_ABORTED: Final = "aborted"
+STATUS_TRUNCATED: Final = "truncated"
+STATUS_OTHER: Final = "other"
+#: The statuses that reach metric attributes; any other becomes ``other`` there (or the
+#: known status its text starts with), the text staying on the span as STATUS_DETAIL.
+STATUSES: Final = (
+    STATUS_OK, STATUS_ERROR, STATUS_CANCELLED, STATUS_TIMEOUT, STATUS_ABORTED,
+    STATUS_TRUNCATED, STATUS_OTHER,
+)  # fmt: skip
+#: The free-form text of a status outside :data:`STATUSES` (span only, never a label).
+STATUS_DETAIL: Final = "rollout.trajectory.status_detail"
 
 #: Breakdown written onto the root span: ``rollout.breakdown.<band>`` (seconds, disjoint
 #: bands summing to e2e) and ``rollout.breakdown.<band>_sum`` (plain sums of phase spans).
@@ -49,21 +63,71 @@ BREAKDOWN_E2E: Final = "rollout.breakdown.e2e"
 # --- phase span attributes ---------------------------------------------------------------
 PHASE: Final = "rollout.phase"
 TURN: Final = "rollout.turn"
+#: The reward an ``env.step`` returned, on its env step span.
+STEP_REWARD: Final = "rollout.step.reward"
 
-# --- GenAI semantic conventions --------------------------------------------------------
+# --- GenAI semantic conventions (Development status; docs/semconv.md) -------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+#: Deprecated by the conventions for ``gen_ai.provider.name``; written only under the
+#: compatibility opt-in (``OTEL_SEMCONV_STABILITY_OPT_IN`` containing ``gen_ai/dup``).
 GEN_AI_SYSTEM: Final = "gen_ai.system"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
 GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = "gen_ai.request.presence_penalty"
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+GEN_AI_REQUEST_CHOICE_COUNT: Final = "gen_ai.request.choice.count"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+#: Prompt tokens served from the engine's (prefix) cache; part of ``input_tokens``.
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+#: Output tokens spent on reasoning; part of ``output_tokens``.
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
 ERROR_TYPE: Final = "error.type"
+
+#: ``gen_ai.operation.name`` values used here.
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CHAT: Final = "chat"
+OP_TEXT_COMPLETION: Final = "text_completion"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+#: ``gen_ai.provider.name`` of a vLLM engine (not a well-known value of the conventions,
+#: which allow custom ones).
+PROVIDER_VLLM: Final = "vllm"
+#: ``gen_ai.tool.type`` of an env step: the env runs in the agent's process.
+TOOL_TYPE_FUNCTION: Final = "function"
+
+#: Event recorded for each reward: an evaluation result of the conventions.
+EVENT_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+#: The default evaluation name of ``set_reward``.
+REWARD_NAME: Final = "reward"
+
+#: Opt-in variable of the semantic-convention stability transition. A comma-separated
+#: list: ``gen_ai_latest_experimental`` switches span names to the GenAI conventions'
+#: (``invoke_agent {agent}``, ``{operation} {model}``, ``execute_tool {tool}``);
+#: ``gen_ai/dup`` also writes the deprecated attributes (``gen_ai.system``).
+SEMCONV_OPT_IN_ENV: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
+SEMCONV_GENAI_LATEST: Final = "gen_ai_latest_experimental"
+SEMCONV_GENAI_DUP: Final = "gen_ai/dup"
 
 #: Env var that opts in to prompt/completion capture (GenAI instrumentation convention).
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -100,6 +164,19 @@ VLLM_NUM_PREEMPTIONS: Final = "vllm.request.num_preemptions"
 #: Resource attribute vLLM puts on the tracer provider it builds (``init_tracer``).
 VLLM_RESOURCE_KEY: Final = "vllm.instrumenting_module_name"
 #: GenAI semantic convention: prompt tokens served from the (prefix) cache.
-GEN_AI_USAGE_CACHE_READ: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_READ: Final = GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
 #: True when the consumer closed a stream before the engine's final output.
 GENERATE_CLOSED_EARLY: Final = "rollout.generate.closed_early"
+
+# --- GenAI client metrics (conventions' names, units and bucket advice) -------------------
+METRIC_GENAI_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+METRIC_GENAI_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+TOKEN_TYPE_INPUT: Final = "input"
+TOKEN_TYPE_OUTPUT: Final = "output"
+GENAI_DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GENAI_TOKEN_BUCKETS: Final = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip

@@ -291,7 +291,8 @@ async def test_generate_span_in_trajectory_parents_vllms_llm_request(rollout_env
     a = attrs(g)
     assert a[A.PHASE] == A.PHASE_LLM and a[A.TURN] == 0 and attrs(gens[1])[A.TURN] == 1
     assert a[A.GEN_AI_REQUEST_MODEL] == "qwen-test"  # the trajectory's model wins
-    assert a[A.GEN_AI_OPERATION_NAME] == "text_completion" and a[A.GEN_AI_SYSTEM] == "vllm"
+    assert a[A.GEN_AI_OPERATION_NAME] == "text_completion" and a[A.GEN_AI_PROVIDER_NAME] == "vllm"
+    assert A.GEN_AI_SYSTEM not in a  # the deprecated name only under the opt-in
     assert a[A.GEN_AI_REQUEST_MAX_TOKENS] == 64
     assert a[A.GEN_AI_REQUEST_TEMPERATURE] == 0.5 and a[A.GEN_AI_REQUEST_TOP_P] == 0.9
     assert a[V.VLLM_REQUEST_ID] == "req-1"
