@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from opentelemetry import metrics, trace
 
-from otel_rollout._export import ExportStats, guarded_batch_processor
+from otel_rollout._export import ExportStats, guarded_batch_processor, guarded_metric_exporter
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._summary import SKYRL_KEY_NAMES, BreakdownCollector, summarize
@@ -336,6 +336,8 @@ def _build(opts: dict[str, Any]) -> Rollout:
             if metrics_exporter == "console"
             else _otlp_exporter("metrics", protocol, opts["endpoint"])
         )
+        if metrics_exporter == "otlp":
+            exporter = guarded_metric_exporter(exporter, target=opts["endpoint"] or "OTLP")
         readers.append(PeriodicExportingMetricReader(exporter, export_interval_millis=interval))
     elif metrics_exporter == "prometheus":
         reader, server = _prometheus_reader()

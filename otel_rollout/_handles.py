@@ -7,6 +7,7 @@ once per kind.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -65,6 +66,18 @@ def _capture_limit() -> int:
         return max(0, int(raw)) if raw else 2000
     except ValueError:
         return 2000
+
+
+def _detach(token: object) -> None:
+    """Detach an OpenTelemetry context token; a no-op where the exit runs in another
+    context than the entry (an async generator closed by the event loop in a task of
+    its own), which the API would log as an error."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if runtime is None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+        return
+    with contextlib.suppress(ValueError, RuntimeError):
+        runtime.detach(token)
 
 
 def current_trajectory() -> Trajectory | None:
@@ -313,10 +326,7 @@ class _PhaseScope:
             try:
                 span.end()
             finally:
-                try:
-                    otel_context.detach(token)
-                except Exception as err:  # detached in another context: harmless
-                    internal_error("phase detach", err)
+                _detach(token)
 
     def _pop(self) -> tuple[Phase, object] | None:
         """The entry this context opened: its span is the current one (concurrent tasks)."""

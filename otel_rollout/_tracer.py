@@ -22,6 +22,7 @@ from otel_rollout._handles import (
     Phase,
     Trajectory,
     _capture_content,
+    _detach,
     _PhaseScope,
     _record_exception,
     current_trajectory,
@@ -128,9 +129,10 @@ class _TrajectoryScope:
             if _CURRENT.get() is traj:
                 try:
                     _CURRENT.reset(self._var_token)
-                    otel_context.detach(self._ctx_token)
-                except Exception as err:
-                    internal_error("trajectory detach", err)
+                except ValueError:  # a copy of the entering context: nothing to undo
+                    pass
+                else:
+                    _detach(self._ctx_token)
 
     async def __aenter__(self) -> Trajectory:
         return self.__enter__()
