@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,10 +38,26 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
     items = breakdowns if isinstance(breakdowns, Sequence) else list(breakdowns)
     if not items:
         return {}
+    columns = {
+        attr: np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
+        for _, attr in _KEY_NAMES
+    }
+    return summarize_columns(columns, prefix=prefix)
+
+
+#: The :class:`Breakdown` fields :func:`summarize_columns` reads, one column each.
+SUMMARY_FIELDS = tuple(attr for _, attr in _KEY_NAMES)
+
+
+def summarize_columns(columns: Mapping[str, Any], *, prefix: str = "generate/") -> dict[str, float]:
+    """:func:`summarize` from columns of seconds, one per field of :data:`SUMMARY_FIELDS`
+    (``e2e``, the bands), for callers that keep numbers rather than breakdowns."""
     out: dict[str, float] = {}
     sums: dict[str, float] = {}
     for key, attr in _KEY_NAMES:
-        values = np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
+        values = np.asarray(columns[attr], dtype=np.float64)
+        if values.size == 0:
+            return {}
         out[f"{prefix}trajectory_time_{key}_mean"] = float(np.mean(values))
         out[f"{prefix}trajectory_time_{key}_p90"] = float(np.percentile(values, 90))
         out[f"{prefix}trajectory_time_{key}_max"] = float(np.max(values))

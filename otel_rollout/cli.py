@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 _CLI_HINT = "pip install 'otel-rollout[cli]'"
 
@@ -32,9 +34,13 @@ def _need(*modules: str) -> None:
 def _parse_time(value: str) -> int:
     """ISO 8601 time (or unix seconds) as unix nanoseconds."""
     try:
-        return int(float(value) * 1e9)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds) or abs(seconds) > 1e11:
+            raise argparse.ArgumentTypeError(f"not a time: {value!r} (unix seconds or ISO 8601)")
+        return int(seconds * 1e9)
     try:
         dt = datetime.fromisoformat(value)
     except ValueError as exc:
@@ -44,16 +50,25 @@ def _parse_time(value: str) -> int:
     return int(dt.timestamp() * 1e9)
 
 
-def _parse_bands(items: list[str] | None) -> dict[str, str] | None:
-    if not items:
-        return None
-    out = {}
-    for item in items:
-        phase, sep, band = item.partition("=")
-        if not sep:
-            raise SystemExit(f"otel-rollout: --band expects PHASE=BAND, got {item!r}")
-        out[phase] = band
-    return out
+def _parse_band(item: str) -> tuple[str, str]:
+    """``PHASE=BAND``: a phase name mapped to one of the five bands."""
+    from otel_rollout._attributes import ALL_BANDS
+
+    phase, sep, band = item.partition("=")
+    if not sep or not phase.strip():
+        raise argparse.ArgumentTypeError(f"expected PHASE=BAND, got {item!r}")
+    if band not in ALL_BANDS:
+        raise argparse.ArgumentTypeError(
+            f"{item!r}: {band!r} is not a band; expected one of {', '.join(ALL_BANDS)}"
+        )
+    return phase.strip(), band
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """A subcommand parser whose usage errors are one line (exit code 2), no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     from otel_rollout._version import __version__
 
     parser.add_argument("--version", action="version", version=f"otel-rollout {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineErrors)
     ex = sub.add_parser("example", help="run a small traced rollout and print its breakdown")
     ex.add_argument("-n", "--trajectories", type=int, default=16, help="trajectories to run")
     ex.set_defaults(func=_example)
@@ -106,18 +121,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute breakdowns from a trace file, Jaeger or Tempo",
         description=(
             "Read traces back and recompute each trajectory's breakdown with the same "
-            "function the online processor uses. PATH_OR_URL: an OTLP JSON lines file; a "
-            "Jaeger query URL (http://host:16686/api/traces?service=NAME); or a Tempo search "
-            "URL (http://host:3200/api/search?tags=...)."
+            "function the online processor uses. PATH_OR_URL (one or more, read as one "
+            "stream): OTLP JSON lines files or globs ('traces-*.jsonl'); a Jaeger query URL "
+            "(http://host:16686/api/traces?service=NAME); or a Tempo search URL "
+            "(http://host:3200/api/search?tags=...). Exit codes: 0 report printed, 1 no "
+            "trajectories in the input, 2 bad arguments, 3 input cannot be read."
         ),
     )
-    rep.add_argument("source", metavar="PATH_OR_URL")
+    rep.add_argument("source", metavar="PATH_OR_URL", nargs="+")
     rep.add_argument("--env", help="only this env class")
     rep.add_argument("--model", help="only this model")
     rep.add_argument("--service", help="only traces of this service.name")
     rep.add_argument("--since", type=_parse_time, help="ISO time or unix seconds")
     rep.add_argument("--until", type=_parse_time, help="ISO time or unix seconds")
-    rep.add_argument("--band", action="append", metavar="PHASE=BAND", help="map a phase to a band")
+    rep.add_argument(
+        "--band",
+        action="append",
+        type=_parse_band,
+        metavar="PHASE=BAND",
+        help="map a phase to a band (llm, env, env_setup, env_teardown, other)",
+    )
     rep.add_argument("--format", choices=("table", "json"), default="table")
     rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
     rep.set_defaults(func=_report)
@@ -131,15 +154,15 @@ def _example(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(console, bds, phases, out_dir: Path | None, title: str) -> None:
+def _show(console, data, out_dir: Path | None, title: str) -> None:
     from otel_rollout.report._tables import print_slowest, print_table
 
-    print_table(console, bds, title)
-    print_slowest(console, bds)
-    if out_dir is not None and bds:
+    print_table(console, data, title)
+    print_slowest(console, data)
+    if out_dir is not None and data.count:
         from otel_rollout.report._pictures import draw
 
-        png, page = draw(bds, phases, out_dir)
+        png, page = draw(data, out_dir)
         console.print(f"pictures: {png}  {page}")
 
 
@@ -153,6 +176,7 @@ def _demo(args: argparse.Namespace) -> int:
     from otel_rollout.demo._engine import OpenAIEngine, SimEngine
     from otel_rollout.demo._run import run_demo_async
     from otel_rollout.report import read_trace_file
+    from otel_rollout.report._aggregate import ReportData
 
     envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
     if args.engine == "openai":
@@ -181,7 +205,8 @@ def _demo(args: argparse.Namespace) -> int:
         phases = {
             t.breakdown.trace_id: t.phases for t in read_trace_file(result.trace_file).trajectories
         }
-    _show(console, result.breakdowns, phases, args.output_dir, "demo (online breakdowns)")
+    data = ReportData.of(result.breakdowns, phases)
+    _show(console, data, args.output_dir, "demo (online breakdowns)")
     if result.errors:
         console.print(f"[red]{result.errors} trajectories failed[/red]")
     rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))
@@ -193,44 +218,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from otel_rollout.report import TraceReadError, read_source
-    from otel_rollout.report._json import dumps
+    from otel_rollout.report._command import run_report
 
-    try:
-        result = read_source(args.source, bands=_parse_bands(args.band), service=args.service)
-    except TraceReadError as exc:
-        print(f"otel-rollout report: {exc}", file=sys.stderr)
-        return 2
-    trajs = [
-        t
-        for t in result.trajectories
-        if (args.env is None or t.breakdown.env_class == args.env)
-        and (args.model is None or t.breakdown.model == args.model)
-        and (args.since is None or t.breakdown.start_time_ns >= args.since)
-        and (args.until is None or t.breakdown.start_time_ns <= args.until)
-    ]
-    bds = [t.breakdown for t in trajs]
-    for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    if args.format == "json":
-        print(dumps(result, bds))
-        if result.incomplete:
-            print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
-        return 0
-    _need("rich")
-    if args.output_dir is not None:
-        _need("matplotlib")
-    from rich.console import Console
-
-    console = Console()
-    _show(console, bds, {t.breakdown.trace_id: t.phases for t in trajs}, args.output_dir,
-          f"report: {args.source}")  # fmt: skip
-    if result.incomplete:
-        console.print(
-            f"[yellow]{len(result.incomplete)} incomplete trajectories (root span missing or "
-            f"unfinished):[/yellow] {' '.join(result.incomplete)}"
-        )
-    return 0
+    return run_report(args, _need)
 
 
 def main(argv: list[str] | None = None) -> int:

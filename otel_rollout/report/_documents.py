@@ -8,15 +8,12 @@ the same shape (under ``batches``); Jaeger's query API answers ``{"data": [...]}
 from __future__ import annotations
 
 import base64
-import json
-import warnings
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError
+from otel_rollout.report._model import RawSpan, TraceReadError
 
 
 def _decode_id(raw: Any, width: int) -> str:
@@ -115,37 +112,18 @@ def spans_from_document(doc: Any) -> list[RawSpan]:
     raise TraceReadError("no resourceSpans/batches (OTLP) or data (Jaeger) key")
 
 
-def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[RawSpan]:
-    """Spans of an OTLP JSON lines file; a truncated last line is skipped with a warning."""
-    path = Path(path)
+def parse_document(doc: Any, where: str) -> list[RawSpan]:
+    """:func:`spans_from_document`, any malformed shape a :class:`TraceReadError` naming
+    ``where`` (a file and line, a URL) instead of whatever the parser tripped on."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceReadError(f"{path}: not UTF-8 text") from exc
-    if path.suffix == ".json" and len(lines) > 1:  # one pretty-printed document
-        try:
-            return spans_from_document(json.loads("\n".join(lines)))
-        except (json.JSONDecodeError, TraceReadError, KeyError, TypeError, ValueError):
-            pass
-    spans: list[RawSpan] = []
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if i == last:
-                msg = f"{path}:{i + 1}: truncated last line skipped ({exc.msg})"
-                warnings.warn(msg, stacklevel=2)
-                if result is not None:
-                    result.warnings.append(msg)
-                continue
-            raise TraceReadError(f"{path}:{i + 1}: invalid JSON: {exc.msg}") from exc
-        try:
-            spans.extend(spans_from_document(doc))
-        except (TraceReadError, KeyError, TypeError, ValueError) as exc:
-            raise TraceReadError(f"{path}:{i + 1}: not OTLP/JSON trace data: {exc}") from exc
-    return spans
+        return spans_from_document(doc)
+    except TraceReadError as exc:
+        raise TraceReadError(f"{where}: not OTLP, Tempo or Jaeger trace JSON: {exc}") from None
+    except KeyError as exc:
+        raise TraceReadError(
+            f"{where}: not OTLP, Tempo or Jaeger trace JSON (missing key {exc})"
+        ) from None
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
+        raise TraceReadError(
+            f"{where}: not OTLP, Tempo or Jaeger trace JSON (unexpected shape: {exc})"
+        ) from None

@@ -1,23 +1,24 @@
-"""The report as JSON: the ``summarize()`` dict plus counts of what was read."""
+"""The report as JSON: the ``summarize()`` dict plus counts of what was read and lost."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from otel_rollout._breakdown import Breakdown
-from otel_rollout._summary import summarize
-from otel_rollout.report._model import ReadResult
+from otel_rollout.report._aggregate import ReportData
+from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 
-def report_dict(result: ReadResult, bds: Sequence[Breakdown]) -> dict[str, Any]:
-    """SkyRL's keys over ``bds`` (the trajectories kept by the filters) and the counts."""
-    out: dict[str, Any] = summarize(bds)
-    out["trajectories"] = len(bds)
-    out["incomplete"] = len(result.incomplete)
+def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
+    """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
+    ``trajectories``, ``found`` (before filters), ``incomplete`` and ``losses`` per reason."""
+    out: dict[str, Any] = data.summary()
+    out["trajectories"] = data.count
+    out["found"] = result.found
+    out["incomplete"] = result.losses.get(LOSS_INCOMPLETE, 0)
+    out["losses"] = dict(sorted(result.losses.items()))
     return out
 
 
-def dumps(result: ReadResult, bds: Sequence[Breakdown]) -> str:
-    return json.dumps(report_dict(result, bds), indent=2, sort_keys=True)
+def dumps(data: ReportData, result: ReadResult) -> str:
+    return json.dumps(report_dict(data, result), indent=2, sort_keys=True)

@@ -38,13 +38,45 @@ class TrajectoryTrace:
     service: str | None = None
 
 
+#: Why a span or a trajectory read back was not counted (keys of ``ReadResult.losses``).
+LOSS_BAD_LINE = "bad lines skipped"
+LOSS_DUPLICATE = "duplicate spans ignored"
+LOSS_MISSING_START = "spans rejected: missing start time"
+LOSS_MISSING_END = "spans rejected: missing end time"
+LOSS_INVERTED = "spans rejected: end before start"
+LOSS_LATE = "spans after their trajectory was reported"
+LOSS_INCOMPLETE = "incomplete trajectories (no root span)"
+LOSS_EVICTED = "traces cut short: read buffer full"
+
+#: Trace ids and warnings kept for the output; counts go on beyond these.
+MAX_LISTED = 1000
+
+
 @dataclass
 class ReadResult:
+    """What a read produced: trajectories (unless streamed to a callback) and every loss,
+    counted per reason."""
+
     trajectories: list[TrajectoryTrace] = field(default_factory=list)
-    #: trace ids with phase spans but no trajectory root (lost, still running, truncated)
+    #: trace ids with phase spans but no trajectory root (lost, still running, truncated);
+    #: the first :data:`MAX_LISTED`, the total is ``losses[LOSS_INCOMPLETE]``
     incomplete: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    losses: dict[str, int] = field(default_factory=dict)
+    #: trajectories found (also those streamed to a callback instead of kept)
+    found: int = 0
+    spans: int = 0
 
     @property
     def breakdowns(self) -> list[Breakdown]:
         return [t.breakdown for t in self.trajectories]
+
+    def lose(self, reason: str, n: int = 1) -> None:
+        self.losses[reason] = self.losses.get(reason, 0) + n
+
+    def warn(self, message: str) -> bool:
+        """Keep ``message``; False once :data:`MAX_LISTED` are kept (then only counted)."""
+        if len(self.warnings) >= MAX_LISTED:
+            return False
+        self.warnings.append(message)
+        return True

@@ -6,15 +6,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import Breakdown, PhaseInterval
-from otel_rollout._summary import group_by
-from otel_rollout.report._tables import HEADERS, slowest, table_rows
+from otel_rollout.report._aggregate import ReportData
+from otel_rollout.report._tables import HEADERS, table_rows
 
 COLORS = {
     "llm": "#4C72B0",
@@ -25,36 +23,31 @@ COLORS = {
 }
 
 
-def draw(
-    bds: Sequence[Breakdown],
-    phases: dict[str, list[PhaseInterval]],
-    out_dir: Path,
-    stem: str = "breakdown",
-    k: int = 5,
-) -> tuple[Path, Path]:
-    """Stacked bars per env class + a timeline of the slowest ``k``; PNG and HTML."""
+def draw(data: ReportData, out_dir: Path, stem: str = "breakdown") -> tuple[Path, Path]:
+    """Stacked bars per env class + a timeline of the slowest; PNG and HTML."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted(group_by(bds).items(), key=lambda kv: str(kv[0]))
+    groups = data.groups()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     x = np.arange(len(groups))
     bottom = np.zeros(len(groups))
     for band in A.ALL_BANDS:
-        vals = np.array([np.mean([getattr(b, band) for b in items]) for _, items in groups])
+        vals = np.array([float(np.mean(cols[band])) for _, _, cols in groups])
         ax1.bar(x, vals, bottom=bottom, label=band, color=COLORS[band])
         bottom += vals
-    ax1.set_xticks(x, [str(g) for g, _ in groups])
+    ax1.set_xticks(x, [g for g, _, _ in groups])
     ax1.set_ylabel("mean seconds per trajectory")
     ax1.set_title("where trajectory time goes, per env class")
     ax1.legend()
-    top = slowest(bds, k)
+    slow = data.slowest()
+    top = [t.breakdown for t in slow]
     t0 = min((b.start_time_ns for b in top), default=0)
-    for row, b in enumerate(top):
+    for row, (b, traj) in enumerate(zip(top, slow, strict=True)):
         ax2.broken_barh([((b.start_time_ns - t0) / 1e9, b.e2e)], (row - 0.4, 0.8), color="#eeeeee")
-        for ph in phases.get(b.trace_id, []):
+        for ph in traj.phases:
             band = ph.phase if ph.phase in COLORS else "other"
             ax2.broken_barh(
                 [((ph.start_ns - t0) / 1e9, (ph.end_ns - ph.start_ns) / 1e9)],
@@ -75,9 +68,9 @@ def draw(
     b64 = base64.b64encode(buf.getvalue()).decode()
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (e, n, *cells, f)) + "</tr>"
-        for e, n, cells, f in table_rows(bds)
+        for e, n, cells, f in table_rows(data)
     )
-    slow = "".join(
+    slow_rows = "".join(
         f"<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}</td>"
         f"<td>{b.e2e:.3f}</td><td><code>{b.trace_id}</code></td></tr>"
         for b in top
@@ -93,7 +86,7 @@ def draw(
 <img alt="breakdown" src="data:image/png;base64,{b64}">
 <h2>Per env class (seconds: mean / p90 / max)</h2><table><tr>{head}</tr>{rows}</table>
 <h2>Slowest trajectories</h2><table><tr><th>trajectory</th><th>env class</th><th>e2e s</th>
-<th>trace id</th></tr>{slow}</table></body></html>"""
+<th>trace id</th></tr>{slow_rows}</table></body></html>"""
     page_path = out_dir / f"{stem}.html"
     page_path.write_text(page, encoding="utf-8")
     return png, page_path

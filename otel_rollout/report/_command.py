@@ -1,0 +1,104 @@
+"""``otel-rollout report``: read traces back, recompute, print tables, pictures or JSON.
+
+Exit codes: 0 the report was printed; 1 the input holds no trajectories; 2 bad arguments;
+3 the input cannot be read (missing file, a glob matching nothing, a backend that fails or
+answers something that is not trace JSON). Bad lines in a file are skipped with a warning
+naming file and line, and every loss is counted per reason in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from otel_rollout.report._aggregate import ReportData
+from otel_rollout.report._model import ReadResult, TraceReadError, TrajectoryTrace
+
+EXIT_OK = 0
+EXIT_NO_TRAJECTORIES = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+
+#: Bad-line warnings printed; the rest are only counted.
+_WARNINGS_SHOWN = 20
+
+
+class _Warnings:
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.n = 0
+
+    def __call__(self, message: str) -> None:
+        self.n += 1
+        if self.n <= _WARNINGS_SHOWN:
+            print(f"otel-rollout report: warning: {message}", file=self.stream)
+        elif self.n == _WARNINGS_SHOWN + 1:
+            print("otel-rollout report: warning: more bad lines; counted below, not shown",
+                  file=self.stream)  # fmt: skip
+
+
+def _keep(args: argparse.Namespace, t: TrajectoryTrace) -> bool:
+    b = t.breakdown
+    return (
+        (args.env is None or b.env_class == args.env)
+        and (args.model is None or b.model == args.model)
+        and (args.since is None or b.start_time_ns >= args.since)
+        and (args.until is None or b.start_time_ns <= args.until)
+    )
+
+
+def run_report(args: argparse.Namespace, need: Any) -> int:
+    """The ``report`` subcommand on parsed ``args``; ``need(*modules)`` checks the extra."""
+    from otel_rollout.report._sources import read_sources
+
+    if args.format == "table":
+        need("rich")
+        if args.output_dir is not None:
+            need("matplotlib")
+    bands = dict(args.band) if args.band else None
+    data = ReportData()
+
+    def emit(t: TrajectoryTrace) -> None:
+        if _keep(args, t):
+            data.add(t)
+
+    try:
+        result = read_sources(args.source, bands=bands, service=args.service, emit=emit,
+                              warn=_Warnings(sys.stderr))  # fmt: skip
+    except TraceReadError as exc:
+        print(f"otel-rollout report: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.format == "json":
+        from otel_rollout.report._json import dumps
+
+        print(dumps(data, result))
+        _say_empty(result, data, sys.stderr)
+        if result.incomplete:
+            print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
+        return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
+    from rich.console import Console
+
+    from otel_rollout.report._tables import print_losses, print_slowest, print_table
+
+    console = Console()
+    if data.count:
+        print_table(console, data, f"report: {' '.join(args.source)}")
+        print_slowest(console, data)
+        if args.output_dir is not None:
+            from otel_rollout.report._pictures import draw
+
+            png, page = draw(data, args.output_dir)
+            console.print(f"pictures: {png}  {page}")
+    print_losses(console, result)
+    _say_empty(result, data, console.file)
+    return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
+
+
+def _say_empty(result: ReadResult, data: ReportData, stream: TextIO) -> None:
+    if not result.found:
+        print(f"otel-rollout report: no trajectories in the input ({result.spans} spans read)",
+              file=stream)  # fmt: skip
+    elif not data.count:
+        print(f"otel-rollout report: none of the {result.found} trajectories matches the "
+              "filters", file=stream)  # fmt: skip

@@ -1,0 +1,87 @@
+"""Trace files read line by line: OTLP JSON lines (or one pretty-printed ``.json`` document).
+
+A line that is not JSON, or not trace JSON, is skipped with a warning naming the file and
+line, and counted; reading goes on. Only a file that cannot be opened at all is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from otel_rollout.report._documents import parse_document
+from otel_rollout.report._model import LOSS_BAD_LINE, RawSpan, ReadResult, TraceReadError
+
+#: A ``.json`` file smaller than this is also tried as one document (Jaeger UI downloads).
+_WHOLE_DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
+
+Warn = Callable[[str], object]
+
+
+def _default_warn(message: str) -> None:
+    warnings.warn(message, stacklevel=4)
+
+
+def iter_file_spans(
+    path: str | Path, result: ReadResult, warn: Warn | None = None
+) -> Iterator[RawSpan]:
+    """The spans of a trace file, one line at a time; bad lines are warned about, counted
+    in ``result.losses`` and skipped. Raises :class:`TraceReadError` if it cannot be read."""
+    path = Path(path)
+    warn = warn or _default_warn
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f:
+        try:
+            if path.suffix == ".json" and path.stat().st_size < _WHOLE_DOCUMENT_MAX_BYTES:
+                whole = _whole_document(f.read(), path)
+                if whole is not None:
+                    yield from whole
+                    return
+                f.seek(0)
+            lineno = 0
+            for raw in f:
+                lineno += 1
+                if not raw.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    doc = json.loads(raw)
+                except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+                    _bad(result, warn, f"{where}: line skipped: invalid JSON ({why})")
+                    continue
+                except RecursionError:
+                    _bad(result, warn, f"{where}: line skipped: JSON nested too deeply")
+                    continue
+                try:
+                    spans = parse_document(doc, where)
+                except TraceReadError as exc:
+                    _bad(result, warn, f"{exc}; line skipped")
+                    continue
+                yield from spans
+        except OSError as exc:
+            raise TraceReadError(f"{path}: read failed: {exc.strerror or exc}") from None
+
+
+def _whole_document(data: bytes, path: Path) -> list[RawSpan] | None:
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None  # JSON lines, read line by line
+    return parse_document(doc, str(path))
+
+
+def _bad(result: ReadResult, warn: Warn, message: str) -> None:
+    result.lose(LOSS_BAD_LINE)
+    if result.warn(message):
+        warn(message)
+
+
+def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[RawSpan]:
+    """Every span of a trace file, as a list (:func:`iter_file_spans` streams)."""
+    return list(iter_file_spans(path, result if result is not None else ReadResult()))
