@@ -3,6 +3,15 @@ time breakdown (llm / env / env_setup / env_teardown / other), histograms, and t
 per-batch dict trainers log."""
 
 from otel_rollout._attributes import ALL_BANDS, BANDS
+from otel_rollout._batch import (
+    BatchAccumulator,
+    BatchAnalysis,
+    StepFunction,
+    analyze_batch,
+    group_by_batch,
+    mark_consumed,
+)
+from otel_rollout._batch_span import Batch, current_batch
 from otel_rollout._breakdown import (
     Breakdown,
     PhaseInterval,
@@ -23,6 +32,7 @@ from otel_rollout._tracer import (
     Phase,
     RolloutTracer,
     Trajectory,
+    batch,
     current_trajectory,
     phase,
     trajectory,
@@ -32,6 +42,9 @@ from otel_rollout._version import __version__
 __all__ = [
     "ALL_BANDS",
     "BANDS",
+    "Batch",
+    "BatchAccumulator",
+    "BatchAnalysis",
     "Breakdown",
     "BreakdownCollector",
     "BreakdownProcessor",
@@ -45,15 +58,21 @@ __all__ = [
     "Rollout",
     "RolloutTracer",
     "SpanRecord",
+    "StepFunction",
     "TailKeepProcessor",
     "Trajectory",
     "__version__",
+    "analyze_batch",
+    "batch",
     "bind_context",
     "compute_breakdown",
     "configure",
     "guarded_batch_processor",
+    "mark_consumed",
+    "current_batch",
     "current_trajectory",
     "group_by",
+    "group_by_batch",
     "outermost_phases",
     "phase",
     "run_in_executor",

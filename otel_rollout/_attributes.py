@@ -10,6 +10,8 @@ SPAN_ENV_SETUP: Final = "env_setup"
 SPAN_GENERATE: Final = "generate"
 SPAN_ENV_STEP: Final = "env_step"
 SPAN_ENV_TEARDOWN: Final = "env_teardown"
+#: One training step's batch of trajectories; each trajectory root links to it.
+SPAN_BATCH: Final = "batch"
 
 # --- phases and bands -----------------------------------------------------------------
 PHASE_LLM: Final = "llm"
@@ -38,6 +40,11 @@ REWARD_PREFIX: Final = "rollout.reward."
 TURNS: Final = "rollout.trajectory.turns"
 ENV_STEPS: Final = "rollout.trajectory.env_steps"
 ENV_CLASS: Final = "rollout.env.class"
+#: The batch (training step) a trajectory belongs to: on the batch span and on each root.
+BATCH_ID: Final = "rollout.batch.id"
+STEP: Final = "rollout.step"
+#: The policy (weights) version that generated a trajectory, set by the user at its start.
+POLICY_VERSION: Final = "rollout.policy.version"
 
 STATUS_OK: Final = "ok"
 STATUS_ERROR: Final = "error"
@@ -59,6 +66,9 @@ STATUS_DETAIL: Final = "rollout.trajectory.status_detail"
 #: bands summing to e2e) and ``rollout.breakdown.<band>_sum`` (plain sums of phase spans).
 BREAKDOWN_PREFIX: Final = "rollout.breakdown."
 BREAKDOWN_E2E: Final = "rollout.breakdown.e2e"
+
+#: The batch analysis written onto the batch span: ``rollout.batch.<figure>``.
+BATCH_PREFIX: Final = "rollout.batch."
 
 # --- phase span attributes ---------------------------------------------------------------
 PHASE: Final = "rollout.phase"
@@ -136,6 +146,8 @@ CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 METRIC_DURATION: Final = "rollout.trajectory.duration"
 METRIC_PHASE_DURATION: Final = "rollout.trajectory.phase.duration"
 METRIC_TURNS: Final = "rollout.trajectory.turns"
+METRIC_BATCH_DURATION: Final = "rollout.batch.duration"
+METRIC_BATCH_TAIL_DURATION: Final = "rollout.batch.tail.duration"
 METRIC_EVICTED: Final = "rollout.processor.evicted"
 EVICTION_REASON: Final = "rollout.eviction.reason"
 METRIC_EXPORT_DROPPED: Final = "rollout.export.dropped"

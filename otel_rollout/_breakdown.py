@@ -17,8 +17,9 @@ Rules (DESIGN.md, "Accounting"):
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -27,6 +28,8 @@ from otel_rollout import _attributes as A
 _NS = 1e-9
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 _BAND_INDEX = {band: i for i, band in enumerate(A.BANDS)}
+#: Phase intervals a breakdown keeps for the batch analysis; beyond this, the latest.
+MAX_INTERVALS = 4096
 
 
 class PhaseInterval(NamedTuple):
@@ -95,11 +98,49 @@ class Breakdown:
     nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
     #: Low-cardinality attributes of the root (env class, model, status, ...).
     attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    #: The batch (training step) the trajectory belongs to, when it ran in one.
+    batch_id: str | None = None
+    #: The policy version that generated it (``Trajectory.set_policy_version``).
+    policy_version: int | None = None
+    #: The policy version and time at which a trainer consumed it (:meth:`consumed`).
+    consumed_version: int | None = None
+    consumed_time_ns: int | None = None
+    #: Flat ``(band index in BANDS, start ns, end ns)`` triples: the outermost phase spans
+    #: accounted to each band, clipped to the root, before the overlap priority; at most
+    #: :data:`MAX_INTERVALS` (the latest ending). The batch analysis reads them.
+    intervals: array = field(default_factory=lambda: array("q"), hash=False, repr=False)
 
     def __reduce__(self) -> tuple[Any, tuple]:
         # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
         values = [getattr(self, f) for f in self.__slots__]
         return _rebuild, ([dict(v) if isinstance(v, Mapping) else v for v in values],)
+
+    @property
+    def staleness(self) -> int | None:
+        """Policy versions between generation and consumption, when both are known."""
+        if self.policy_version is None or self.consumed_version is None:
+            return None
+        return self.consumed_version - self.policy_version
+
+    @property
+    def buffer_wait_ns(self) -> int | None:
+        """Nanoseconds from the trajectory's end to its consumption, when known."""
+        if self.consumed_time_ns is None:
+            return None
+        return max(0, self.consumed_time_ns - self.end_time_ns)
+
+    def consumed(self, version: int | None, time_ns: int) -> Breakdown:
+        """This breakdown, marked consumed by a training step on policy ``version``."""
+        return replace(
+            self,
+            consumed_version=None if version is None else int(version),
+            consumed_time_ns=int(time_ns),
+        )
+
+    def phase_intervals(self) -> list[PhaseInterval]:
+        """:attr:`intervals` as ``(band, start ns, end ns)``."""
+        iv = self.intervals
+        return [PhaseInterval(A.BANDS[iv[i]], iv[i + 1], iv[i + 2]) for i in range(0, len(iv), 3)]
 
     def band(self, name: str) -> float:
         """The seconds of band ``name`` (one of ``llm, env, env_setup, env_teardown, other``)."""
@@ -178,6 +219,8 @@ def compute_breakdown(
     model: str | None = None,
     bands: Mapping[str, str] | None = None,
     attributes: Mapping[str, Any] | None = None,
+    batch_id: str | None = None,
+    policy_version: int | None = None,
 ) -> Breakdown:
     """Compute the breakdown of a trajectory from its root interval and outermost phases.
 
@@ -190,6 +233,7 @@ def compute_breakdown(
     e2e = end_ns - start_ns
     clipped: list[list[tuple[int, int]]] = [[], [], [], []]
     sums = [0, 0, 0, 0]
+    kept = array("q")
     turns = env_steps = 0
     for phase, s, e in phases:
         if phase == A.PHASE_LLM:
@@ -207,6 +251,9 @@ def compute_breakdown(
         e = min(e, end_ns)
         if e > s:
             clipped[idx].append((s, e))
+            kept.extend((idx, s, e))
+    if len(kept) > 3 * MAX_INTERVALS:
+        kept = _latest(kept)
     nanos: dict[str, int] = {}
     covered: list[tuple[int, int]] = []
     covered_len = 0
@@ -242,6 +289,9 @@ def compute_breakdown(
         end_time_ns=end_ns,
         nanos=MappingProxyType(nanos),
         attributes=MappingProxyType(dict(attributes or {})),
+        batch_id=None if batch_id is None else str(batch_id),
+        policy_version=_int_or_none(policy_version),
+        intervals=kept,
     )
 
 
@@ -272,6 +322,8 @@ def root_breakdown(
         model=model,
         bands=bands,
         attributes=labels,
+        batch_id=attributes.get(A.BATCH_ID),
+        policy_version=attributes.get(A.POLICY_VERSION),
     )
 
 
@@ -293,6 +345,23 @@ def breakdown_from_tree(
         root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands
     )
     return bd, phases
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _latest(flat: array) -> array:
+    triples = sorted(
+        ((flat[i + 2], flat[i + 1], flat[i]) for i in range(0, len(flat), 3)), reverse=True
+    )[:MAX_INTERVALS]
+    out = array("q")
+    for e, s, idx in sorted(triples, key=lambda t: (t[1], t[0])):
+        out.extend((idx, s, e))
+    return out
 
 
 def outermost_phases(

@@ -522,6 +522,10 @@ class Trajectory:
         except Exception as exc:
             internal_error("Trajectory.set_status", exc)
 
+    def set_policy_version(self, version: int) -> None:
+        """The policy (weights) version generating this trajectory (async trainers)."""
+        self.span.set_attribute(A.POLICY_VERSION, int(version))
+
     def _scope(
         self, name: str, phase: str, attributes: dict[str, Any], handle: type[Phase]
     ) -> _PhaseScope:

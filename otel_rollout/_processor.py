@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import NonRecordingSpan, StatusCode
 
 from otel_rollout import _attributes as A
+from otel_rollout._batch_span import deliver
 from otel_rollout._breakdown import Breakdown, root_breakdown
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._version import __version__
@@ -282,6 +283,8 @@ class BreakdownProcessor(SpanProcessor):
             for band, band_attrs in zip(A.ALL_BANDS, per_band, strict=True):
                 self._phase_duration.record(getattr(bd, band), band_attrs, context=ctx)
             self._turns.record(bd.turns, base, context=ctx)
+        if bd.batch_id is not None:
+            deliver(bd)
         for sink in self._sinks:
             try:
                 sink(bd)

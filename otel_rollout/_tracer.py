@@ -15,6 +15,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import _attributes as A
 from otel_rollout import _semconv
+from otel_rollout._batch_span import BatchInstruments, BatchScope, current_batch, new_batch_id
 from otel_rollout._errors import internal_error
 from otel_rollout._handles import (
     _CURRENT,
@@ -38,6 +39,7 @@ __all__ = [
     "Trajectory",
     "_PhaseScope",
     "_capture_content",
+    "batch",
     "current_trajectory",
     "phase",
     "trajectory",
@@ -71,7 +73,19 @@ class _TrajectoryScope:
             if mode.latest_names
             else A.SPAN_TRAJECTORY
         )
-        span = self._tracer.start_span(name, context=_parent_context(), attributes=attrs)
+        batch = current_batch()
+        if batch is None:
+            span = self._tracer.start_span(name, context=_parent_context(), attributes=attrs)
+        else:
+            attrs = {**attrs, A.BATCH_ID: batch.batch_id}
+            if batch.step is not None:
+                attrs[A.STEP] = batch.step
+            if batch.nest:
+                span = self._tracer.start_span(name, context=_parent_context(), attributes=attrs)
+            else:  # the root of a new trace, linked to the batch span
+                span = self._tracer.start_span(
+                    name, otel_context.Context(), attributes=attrs, links=batch.links
+                )
         try:
             traj = Trajectory(
                 self._tracer,
@@ -151,6 +165,41 @@ class RolloutTracer:
     ) -> None:
         self._tracer = trace.get_tracer("otel_rollout", __version__, tracer_provider)
         self._meter_provider = meter_provider
+        self._batch_instruments: BatchInstruments | None = None
+
+    def batch(
+        self,
+        step: int | None = None,
+        *,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        batch_id: str | None = None,
+        nest: bool = False,
+    ) -> BatchScope:
+        """One batch (training step): ``with``/``async with`` it around its trajectories.
+
+        Opens a ``batch`` span (``rollout.batch.id``, ``rollout.step``). Each trajectory
+        started inside is the root of its own trace, linked to the batch span and carrying
+        the batch id; ``nest=True`` keeps them children of the batch span instead (one
+        trace per step). When the block ends, the batch analysis (wall, tail, stragglers,
+        what the tail was spent on, engine demand) goes onto the batch span, into the
+        ``rollout.batch.duration`` and ``rollout.batch.tail.duration`` histograms, and onto
+        the handle's ``analysis``; ``handle.summary()`` gives the tracker keys.
+        """
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise ValueError(f"step must be an int or None, got {step!r}")
+        if self._batch_instruments is None:
+            try:
+                self._batch_instruments = BatchInstruments(self._meter_provider)
+            except Exception as err:  # a broken meter provider must not stop the step
+                internal_error("batch instruments", err)
+        return BatchScope(
+            self._tracer,
+            self._batch_instruments,
+            step,
+            str(batch_id) if batch_id is not None else new_batch_id(step),
+            attributes or {},
+            nest,
+        )
 
     def trajectory(
         self,
@@ -225,3 +274,14 @@ def trajectory(
     return _default_tracer().trajectory(
         trajectory_id, env=env, model=model, attributes=attributes, **ids
     )
+
+
+def batch(
+    step: int | None = None,
+    *,
+    attributes: Mapping[str, AttributeValue] | None = None,
+    batch_id: str | None = None,
+    nest: bool = False,
+) -> BatchScope:
+    """:meth:`RolloutTracer.batch` on the global tracer and meter providers."""
+    return _default_tracer().batch(step, attributes=attributes, batch_id=batch_id, nest=nest)

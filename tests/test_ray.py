@@ -27,6 +27,7 @@ from otel_rollout.testing.receiver import OTLPReceiver, _attrs
 ray = pytest.importorskip("ray")
 
 N_TASKS, N_SYNC, N_ASYNC, N_STREAM = 4, 4, 2, 2
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(otel_rollout.__file__)))
 N = N_TASKS + N_SYNC + N_ASYNC + N_STREAM
 
 HOOK_MODULE = """
@@ -124,7 +125,11 @@ def cluster(tmp_path_factory):
         mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.grpc_endpoint)
         mp.setattr(_config, "_global", None)  # whatever another test configured globally
         base = {
-            "env_vars": {"PYTHONPATH": str(hook_dir), "USER_VAR": "kept"},
+            # workers import this checkout's otel_rollout, as the driver does
+            "env_vars": {
+                "PYTHONPATH": os.pathsep.join((str(hook_dir), _CHECKOUT)),
+                "USER_VAR": "kept",
+            },
             "worker_process_setup_hook": "user_hook_mod.hook",
         }
         env = otel_ray.runtime_env(
