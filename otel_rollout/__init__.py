@@ -24,7 +24,9 @@ from otel_rollout._console import ConsoleTreeExporter
 from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._export import ExportStats, guarded_batch_processor
 from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._rollout import get_rollout
 from otel_rollout._sampling import RecordingRatioSampler
+from otel_rollout._settings import Settings
 from otel_rollout._summary import BreakdownCollector, group_by, summarize
 from otel_rollout._tailkeep import TailKeepProcessor
 from otel_rollout._tracer import (
@@ -57,6 +59,7 @@ __all__ = [
     "RecordingRatioSampler",
     "Rollout",
     "RolloutTracer",
+    "Settings",
     "SpanRecord",
     "StepFunction",
     "TailKeepProcessor",
@@ -67,6 +70,7 @@ __all__ = [
     "bind_context",
     "compute_breakdown",
     "configure",
+    "get_rollout",
     "guarded_batch_processor",
     "mark_consumed",
     "current_batch",

@@ -7,18 +7,15 @@ they are re-raised instead, so that bugs surface in tests.
 from __future__ import annotations
 
 import logging
-import os
 import threading
+
+from otel_rollout._setting_kinds import env_flag
 
 logger = logging.getLogger("otel_rollout")
 
 _lock = threading.Lock()
 _seen: set[str] = set()
-_raise = os.environ.get("OTEL_ROLLOUT_RAISE_INTERNAL_ERRORS", "").strip().lower() in (
-    "1",
-    "true",
-    "yes",
-)
+_raise = env_flag("OTEL_ROLLOUT_RAISE_INTERNAL_ERRORS")
 
 
 def set_raise_internal_errors(value: bool) -> bool:

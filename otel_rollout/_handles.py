@@ -26,6 +26,7 @@ from otel_rollout import _coerce as C
 from otel_rollout import _semconv
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import error_type, internal_error
+from otel_rollout._setting_kinds import env_flag
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +58,7 @@ _TOOL_SHORT = {"tool": A.GEN_AI_TOOL_NAME, "tool_call_id": A.GEN_AI_TOOL_CALL_ID
 
 
 def _capture_content() -> bool:
-    return os.environ.get(A.CAPTURE_CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
+    return env_flag(A.CAPTURE_CONTENT_ENV)
 
 
 def _capture_limit() -> int:

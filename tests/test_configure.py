@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
 
 from otel_rollout import ConfigError, configure
+from otel_rollout._settings import (
+    SETTINGS,
+    documented_table,
+    markdown_table,
+    resolve,
+    safe_file_part,
+)
 from otel_rollout.testing.receiver import OTLPReceiver
 
 OTEL_VARS = [
+    "OTEL_ROLLOUT_DISABLED", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_EXPORTER_PROMETHEUS_PORT", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_ROLLOUT_RUN_ID",
+    "OTEL_ROLLOUT_BANDS", "OTEL_ROLLOUT_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
     "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER",
@@ -170,6 +184,7 @@ from opentelemetry import trace
 import otel_rollout
 r = otel_rollout.configure(output_dir=OUTDIR, summary_stream=io.StringIO())
 assert trace.get_tracer_provider() is r.tracer_provider and r.is_global
+assert otel_rollout.get_rollout() is r
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     again = otel_rollout.configure(service_name="other")
@@ -312,3 +327,186 @@ def test_shutdown_twice_and_at_exit_flushes_what_nobody_shut_down(tmp_path):
             if s["name"] == "trajectory"
         ]
         assert len(roots) == 4
+
+
+# --- the settings table ---------------------------------------------------------------------
+
+
+def test_docs_show_the_settings_table_as_declared():
+    root = Path(__file__).resolve().parent.parent
+    for name in ("README.md", "docs/configure.md"):
+        text = (root / name).read_text()
+        assert documented_table(text) == markdown_table(), (
+            f"{name} is out of date: run python scripts/settings_table.py"
+        )
+
+
+def test_every_argument_setting_is_a_configure_keyword_and_resolves_from_it(tmp_path):
+    params = inspect.signature(configure).parameters
+    values = {"service_name": "svc", "run_id": "r-1", "traces_exporter": "none",
+              "metrics_exporter": "none", "endpoint": "http://127.0.0.1:1", "protocol": "grpc",
+              "sample_ratio": 0.5, "tail_keep_slower_than_s": 3.0, "tail_keep_percentile": 90.0,
+              "output_dir": tmp_path, "metric_export_interval_ms": 1000,
+              "resource_attributes": {"team": "rl"}, "bands": {"judge": "llm"}}  # fmt: skip
+    arguments = [s.name for s in SETTINGS if s.argument]
+    assert sorted(arguments) == sorted(values)
+    for name in arguments:
+        assert name in params, f"configure() has no {name}= keyword"
+    r = configure(local=True, **values)
+    for name, value in values.items():
+        assert r.settings.sources[name] == "argument", name
+        got = r.settings[name]
+        assert (dict(got) if isinstance(value, dict) else got) == value, name
+    r.shutdown(timeout_s=2)
+
+
+@pytest.mark.parametrize("text", ["1", "true", "TRUE", "yes", "On"])
+def test_a_boolean_variable_accepts_the_usual_spellings_of_true(monkeypatch, text):
+    monkeypatch.setenv("OTEL_ROLLOUT_DISABLED", text)
+    r = configure(local=True)
+    assert r.settings.disabled and r.processor is None
+    run(r)
+    assert r.collector.drain() == [] and r.shutdown()
+
+
+@pytest.mark.parametrize("text", ["0", "false", "No", "OFF"])
+def test_a_boolean_variable_accepts_the_usual_spellings_of_false(monkeypatch, text, tmp_path):
+    monkeypatch.setenv("OTEL_SDK_DISABLED", text)
+    r = configure(local=True, traces_exporter="none")
+    assert not r.settings.disabled
+    run(r, 2)
+    assert len(r.collector.drain()) == 2 and r.shutdown()
+
+
+def test_only_a_traces_endpoint_sends_traces_there_and_no_metrics_anywhere(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://collector:4318/custom")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    s = resolve()
+    assert s.traces_exporter == "otlp" and s.metrics_exporter == "none"
+    assert s.endpoint_for("traces") == "http://collector:4318/custom"  # as given
+    assert s.traces_protocol == "http/protobuf" and s.metrics_protocol == "grpc"
+
+
+def test_only_a_metrics_endpoint_sends_metrics_there_and_traces_to_the_file(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://collector:4317")
+    s = resolve()
+    assert s.metrics_exporter == "otlp" and s.traces_exporter == "file"
+    assert s.endpoint_for("metrics") == "http://collector:4317"
+
+
+def test_the_base_endpoint_gets_each_signals_path_over_http(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://metrics:9090/otlp")
+    s = resolve()
+    assert s.endpoint_for("traces") == "http://collector:4318/v1/traces"
+    assert s.endpoint_for("metrics") == "http://metrics:9090/otlp"  # per-signal wins, as is
+    # the argument is the base of both and beats every variable, per-signal ones included
+    s = resolve(endpoint="http://arg:4318", protocol="http/protobuf")
+    assert s.endpoint_for("metrics") == "http://arg:4318/v1/metrics"
+    assert resolve(protocol="grpc").endpoint_for("traces") == "http://collector:4318/"
+
+
+def test_metrics_only_endpoint_exports_metrics_to_a_real_receiver(monkeypatch, tmp_path):
+    with OTLPReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", rx.http_endpoint + "/v1/metrics")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+        r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
+        run(r, 3)
+        assert r.shutdown(timeout_s=10)
+        (dur,) = rx.metric_points("rollout.trajectory.duration")
+        assert dur["count"] == 3
+        assert rx.spans() == [] and r.trace_file is not None
+
+
+# --- a bad variable warns, a bad argument is fatal ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("var", "text", "name", "default"),
+    [
+        ("OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S", "inf", "tail_keep_slower_than_s", None),
+        ("OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S", "nan", "tail_keep_slower_than_s", None),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0", "metric_export_interval_ms", 60000),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "-5", "metric_export_interval_ms", 60000),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", "99999", "prometheus_port", 9464),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "0", "bsp_max_queue_size", 2048),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-1", "bsp_max_queue_size", 2048),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "otlp_timeout_ms", 5000),
+        ("OTEL_ROLLOUT_BANDS", "judge=lm", "bands", None),
+        ("OTEL_ROLLOUT_DISABLED", "maybe", "disabled", False),
+    ],
+)
+def test_a_bad_variable_warns_naming_it_and_the_job_goes_on(monkeypatch, tmp_path, var, text,
+                                                            name, default):  # fmt: skip
+    monkeypatch.setenv(var, text)
+    with pytest.warns(UserWarning, match=re.escape(f"{var}={text!r} is not accepted")):
+        r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO(),
+                      sample_ratio=0.5)  # fmt: skip
+    assert r.settings[name] == default and r.settings.sources[name] == "default"
+    run(r, 3)
+    assert len(r.collector.drain()) == 3 and r.shutdown(timeout_s=5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tail_keep_slower_than_s": float("inf")}, r"tail_keep_slower_than_s=inf"),
+        ({"metric_export_interval_ms": 0}, r"metric_export_interval_ms=0 .*integer > 0"),
+        ({"metric_export_interval_ms": -5}, r"metric_export_interval_ms=-5"),
+        ({"run_id": ""}, r"run_id='' .*non-empty"),
+        ({"bands": {"judge": "lm"}}, r"bands=\{'judge': 'lm'\} .*band one of llm"),
+        ({"service_name": 7}, r"service_name=7"),
+    ],
+)
+def test_a_bad_argument_is_a_config_error_before_anything_starts(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        configure(local=True, traces_exporter="none", **kwargs)
+
+
+@pytest.mark.parametrize("run_id", ["grpo/qwen3-8b/lr=1e-6", "x" * 240, "../../etc"])
+def test_any_run_id_is_used_as_given_and_made_safe_for_the_file_name(monkeypatch, tmp_path,
+                                                                     run_id):  # fmt: skip
+    monkeypatch.setenv("OTEL_ROLLOUT_RUN_ID", run_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
+    assert r.tracer_provider.resource.attributes["rollout.run.id"] == run_id
+    assert r.trace_file.parent == tmp_path and r.trace_file.exists()
+    assert len(r.trace_file.name) < 100 and "/" not in r.trace_file.name[len("traces-") :]
+    run(r, 2)
+    assert r.shutdown(timeout_s=5)
+    text = r.trace_file.read_text()
+    assert text.count('"name":"trajectory"') + text.count('"name": "trajectory"') == 2
+
+
+def test_two_long_run_ids_give_two_file_names():
+    a, b = "x" * 200 + "a", "x" * 200 + "b"
+    assert safe_file_part(a) != safe_file_part(b) and len(safe_file_part(a)) <= 64
+
+
+def test_service_name_from_resource_attributes_unless_a_service_name_is_set(monkeypatch):
+    def service(**kw):
+        r = configure(local=True, traces_exporter="none", **kw)
+        return r.tracer_provider.resource.attributes["service.name"]
+
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs,host.name=h1")
+    assert service() == "from-attrs"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-var")  # the spec: this one wins
+    assert service() == "from-var"
+    r = configure(local=True, traces_exporter="none", resource_attributes={"team": "rl"})
+    attrs = r.tracer_provider.resource.attributes
+    assert attrs["host.name"] == "h1" and attrs["team"] == "rl"  # merged, the user's wins
+
+
+def test_the_core_imports_no_integration():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, otel_rollout, otel_rollout._config\n"
+        "print(sorted(m for m in sys.modules if m.startswith('otel_rollout.integrations')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -19,7 +19,8 @@ import pytest
 
 import otel_rollout
 from otel_rollout import _attributes as A
-from otel_rollout import _config, summarize
+from otel_rollout import _rollout, summarize
+from otel_rollout._settings import SETTINGS, resolve
 from otel_rollout.integrations import ray as otel_ray
 from otel_rollout.testing import make_test_env
 from otel_rollout.testing.receiver import OTLPReceiver, _attrs
@@ -123,7 +124,7 @@ def cluster(tmp_path_factory):
     rx = OTLPReceiver().start()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.grpc_endpoint)
-        mp.setattr(_config, "_global", None)  # whatever another test configured globally
+        mp.setattr(_rollout, "_global", None)  # whatever another test configured globally
         base = {
             # workers import this checkout's otel_rollout, as the driver does
             "env_vars": {
@@ -196,7 +197,7 @@ def test_breakdown_pickles():
 def test_runtime_env_merges_without_clobbering(monkeypatch):
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-driver-env")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://old:4317")
-    monkeypatch.setattr(_config, "_global", None)
+    monkeypatch.setattr(_rollout, "_global", None)
     base = {"pip": ["x"], "env_vars": {"A": "1", "OTEL_SERVICE_NAME": "from-base"}}
     env = otel_ray.runtime_env(base, endpoint="http://new:4317", sample_ratio=0.5,
                                resource_attributes={"team": "rl infra"})  # fmt: skip
@@ -227,7 +228,7 @@ def test_runtime_env_carries_the_drivers_resolved_settings(monkeypatch, tmp_path
     handle = otel_rollout.configure(local=True, service_name="drv", traces_exporter="file",
                                     output_dir=tmp_path, sample_ratio=0.25)  # fmt: skip
     try:
-        monkeypatch.setattr(_config, "_global", handle)
+        monkeypatch.setattr(_rollout, "_global", handle)
         v = otel_ray.runtime_env()["env_vars"]
         assert v["OTEL_ROLLOUT_SERVICE_NAME"] == "drv"
         assert v["OTEL_ROLLOUT_RUN_ID"] == handle.settings["run_id"]
@@ -236,6 +237,61 @@ def test_runtime_env_carries_the_drivers_resolved_settings(monkeypatch, tmp_path
         assert v["OTEL_ROLLOUT_OUTPUT_DIR"] == str(tmp_path.resolve())
     finally:
         handle.shutdown(timeout_s=1)
+
+
+def test_runtime_env_takes_every_setting_of_the_table(monkeypatch):
+    monkeypatch.setattr(_rollout, "_global", None)
+    v = otel_ray.runtime_env(tail_keep_percentile=99, bands={"judge": "llm"},
+                             metric_export_interval_ms=250, disabled=False)["env_vars"]  # fmt: skip
+    assert v["OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE"] == "99"
+    assert v["OTEL_ROLLOUT_BANDS"] == "judge=llm"
+    assert v["OTEL_METRIC_EXPORT_INTERVAL"] == "250" and v["OTEL_ROLLOUT_DISABLED"] == "false"
+    assert set(otel_ray.SETTING_VARS) == {s.name for s in SETTINGS}
+    with pytest.raises(otel_rollout.ConfigError, match=r"tail_keep_percentile=100"):
+        otel_ray.runtime_env(tail_keep_percentile=100)  # an argument: fatal, as in configure()
+
+
+def test_a_worker_resolves_every_setting_the_driver_resolved(monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "700")
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4096")
+    handle = otel_rollout.configure(
+        local=True, service_name="drv", run_id="grpo/run 7", traces_exporter="none",
+        metrics_exporter="none", sample_ratio=0.25, tail_keep_slower_than_s=30,
+        tail_keep_percentile=99, bands={"judge": "llm"}, output_dir=tmp_path,
+        metric_export_interval_ms=1500, resource_attributes={"team": "rl infra"},
+    )  # fmt: skip
+    try:
+        monkeypatch.setattr(_rollout, "_global", handle)
+        env_vars = otel_ray.runtime_env()["env_vars"]
+    finally:
+        handle.shutdown(timeout_s=1)
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)  # a worker sees only what runtime_env gives it
+    for name, value in env_vars.items():
+        monkeypatch.setenv(name, value)
+    worker = resolve()
+    driver = handle.settings
+    for s in SETTINGS:
+        if s.forward and s.name not in ("resource_attributes",):
+            assert worker[s.name] == driver[s.name], s.name
+    assert worker.resource_attributes == {"team": "rl infra"}
+    assert worker.endpoint_for("traces") == "http://collector:4318/v1/traces"
+
+
+def test_no_carrier_while_instrumentation_is_suppressed():
+    from opentelemetry import context as otel_context
+
+    env = make_test_env()
+    with env.tracer_provider.get_tracer("t").start_as_current_span("batch"):
+        assert "traceparent" in otel_ray.carrier()
+        key = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+        token = otel_context.attach(otel_context.set_value(key, True))
+        try:
+            assert otel_ray.carrier() == {}
+        finally:
+            otel_context.detach(token)
 
 
 async def test_traced_parents_every_kind_of_callable_to_the_callers_span():
@@ -287,7 +343,7 @@ async def test_traced_parents_every_kind_of_callable_to_the_callers_span():
 
 def test_a_failed_push_keeps_the_breakdowns(monkeypatch, caplog):
     handle = otel_rollout.configure(local=True, traces_exporter="none", metrics_exporter="none")
-    monkeypatch.setattr(_config, "_global", handle)
+    monkeypatch.setattr(_rollout, "_global", handle)
 
     @otel_ray.traced(gather="no-such-gatherer", flush=False)
     def work():

@@ -1,0 +1,101 @@
+"""``runtime_env()``: the setup hook and every telemetry setting, forwarded to workers.
+
+The variables come from the settings table (:mod:`otel_rollout._settings`), so a setting
+added there reaches Ray workers with nothing to change here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from otel_rollout._rollout import get_rollout
+from otel_rollout._settings import BY_NAME, SETTINGS, forwarded_variables, variable_for
+
+#: The string form of the setup hook, for ``runtime_env["worker_process_setup_hook"]``.
+SETUP_HOOK = "otel_rollout.integrations.ray.setup_worker"
+#: A user's own string setup hook, run by :func:`setup_worker` after configuring.
+NEXT_HOOK_ENV = "OTEL_ROLLOUT_RAY_NEXT_HOOK"
+#: ``runtime_env(**settings)`` names and the variable each one becomes in the workers.
+SETTING_VARS: dict[str, str] = {s.name: s.variable for s in SETTINGS}
+
+
+def _apply(into: dict[str, str], layer: Mapping[str, str]) -> None:
+    """Put ``layer`` over ``into``; a generic variable removes the per-signal ones it
+    replaces (``OTEL_EXPORTER_OTLP_ENDPOINT`` those of traces and metrics) from below."""
+    shadows = {s.variable: s.shadows for s in SETTINGS if s.shadows}
+    for var in layer:
+        for shadowed in shadows.get(var, ()):
+            if shadowed not in layer:
+                into.pop(shadowed, None)
+    into.update(layer)
+
+
+def _driver_vars() -> dict[str, str]:
+    """The variables that make a worker resolve the settings this driver resolved."""
+    out = {k: v for k, v in os.environ.items() if k.startswith("OTEL_") and v.strip()}
+    handle = get_rollout()
+    if handle is not None:
+        _apply(out, forwarded_variables(handle.settings))
+        if handle.trace_file is not None:
+            out[BY_NAME["output_dir"].variable] = str(handle.trace_file.resolve().parent)
+    return out
+
+
+def runtime_env(base: Mapping[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
+    """A runtime_env with :func:`setup_worker` as hook and the telemetry settings as env vars.
+
+    ``env_vars`` carry, lowest precedence first: the driver's ``OTEL_*`` variables (which
+    include ``OTEL_ROLLOUT_*``), every setting the driver's global ``configure()``
+    resolved, the ``env_vars`` of ``base``, then ``settings`` (any name of the settings
+    table, :data:`SETTING_VARS`: ``endpoint=``, ``tail_keep_percentile=``, ``bands=``...;
+    a value it does not accept is a ``ConfigError``). Every other key of ``base`` is kept.
+    A setup hook already in ``base`` still runs, after this one: a string through
+    ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` (so the result stays JSON, as the Job Submission API
+    needs), a callable chained in a function. ``base`` itself is not modified.
+    """
+    unknown = sorted(set(settings) - set(SETTING_VARS))
+    if unknown:
+        raise TypeError(
+            f"runtime_env() got unknown settings {unknown}; expected some of {sorted(SETTING_VARS)}"
+        )
+    explicit: dict[str, str] = {}
+    for name, value in settings.items():
+        if value is not None:
+            var, text, _ = variable_for(name, value)
+            explicit[var] = text
+    env: dict[str, Any] = dict(base or {})
+    env_vars = _driver_vars()
+    base_vars = env.get("env_vars") or {}
+    if not isinstance(base_vars, Mapping):
+        raise TypeError(f"runtime_env env_vars must be a mapping, got {type(base_vars).__name__}")
+    _apply(env_vars, {str(k): str(v) for k, v in base_vars.items()})
+    _apply(env_vars, explicit)
+
+    from otel_rollout.integrations.ray._worker import setup_worker
+
+    hook = env.get("worker_process_setup_hook")
+    if hook is None or hook == SETUP_HOOK or hook is setup_worker:
+        env["worker_process_setup_hook"] = SETUP_HOOK
+    elif isinstance(hook, str):
+        env_vars[NEXT_HOOK_ENV] = hook
+        env["worker_process_setup_hook"] = SETUP_HOOK
+    elif callable(hook):
+        env["worker_process_setup_hook"] = _chain(hook)
+    else:
+        raise TypeError(
+            f"worker_process_setup_hook must be a string or a callable, got {type(hook).__name__}"
+        )
+    env["env_vars"] = env_vars
+    return env
+
+
+def _chain(user_hook: Callable[[], Any]) -> Callable[[], Any]:
+    from otel_rollout.integrations.ray._worker import setup_worker
+
+    def otel_rollout_setup_worker() -> None:
+        setup_worker()
+        user_hook()
+
+    return otel_rollout_setup_worker

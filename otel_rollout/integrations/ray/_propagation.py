@@ -1,0 +1,80 @@
+"""Trace context across Ray calls: a W3C carrier made by the caller, attached by the callee.
+
+Spans and providers are never pickled; only the carrier's headers travel with the work.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
+
+#: The keyword argument :func:`~otel_rollout.integrations.ray.traced` adds to a remote
+#: function or actor method.
+CARRIER_KWARG = "otel_carrier"
+
+
+def suppressed(context: otel_context.Context | None = None) -> bool:
+    """Whether OpenTelemetry instrumentation is suppressed in ``context`` (the current one
+    by default), as ``opentelemetry.instrumentation.utils.suppress_instrumentation`` does."""
+    key = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+    return bool(key is not None and otel_context.get_value(key, context))
+
+
+def carrier(context: otel_context.Context | None = None) -> dict[str, str]:
+    """The current (or given) trace context as W3C headers, to send with a work item.
+
+    Empty while instrumentation is suppressed: the work then runs untraced."""
+    out: dict[str, str] = {}
+    if not suppressed(context):
+        propagate.inject(out, context=context)
+    return out
+
+
+def extract(headers: Mapping[str, str] | None) -> otel_context.Context | None:
+    """The context a carrier holds (on top of the current one), or None for no carrier."""
+    if not headers:
+        return None
+    return propagate.extract(dict(headers))
+
+
+def step_context(ctx: otel_context.Context | None) -> contextvars.Context:
+    """A contextvars context with ``ctx`` attached, in which a call's body runs (each step
+    of a generator too, so context it sets between yields, an open trajectory, survives)."""
+    step = contextvars.copy_context()
+    if ctx is not None:
+        step.run(otel_context.attach, ctx)
+    return step
+
+
+class attached:
+    """Make the context of a :func:`carrier` current, with ``with`` or ``async with``.
+
+    An empty or ``None`` carrier changes nothing. Yields the attached context.
+    """
+
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, headers: Mapping[str, str] | None) -> None:
+        self._ctx = extract(headers)
+        self._token: Any = None
+
+    def __enter__(self) -> otel_context.Context:
+        if self._ctx is None:
+            return otel_context.get_current()
+        self._token = otel_context.attach(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)
+            self._token = None
+
+    async def __aenter__(self) -> otel_context.Context:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.__exit__()
