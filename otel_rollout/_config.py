@@ -167,7 +167,8 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
         processor.add_sink(summary)
         summary_stream = summary_stream or sys.stderr
     rollout = Rollout(tracer_provider, meter_provider,
-                      RolloutTracer(tracer_provider, meter_provider), collector, processor,
+                      RolloutTracer(tracer_provider, meter_provider, processor=processor),
+                      collector, processor,
                       pipeline.trace_file, settings=settings, summary_stream=summary_stream,
                       _summary=summary, _export=pipeline.batch_processors,
                       _closers=closers)  # fmt: skip

@@ -14,6 +14,7 @@ import os
 import traceback
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from time import time_ns
 from typing import Any, ClassVar, TypeVar
 
 from opentelemetry import context as otel_context
@@ -150,10 +151,11 @@ def _evaluation(
 class Phase:
     """A handle on one open phase span (``env_setup``, ``env_step``, ``env_teardown``...)."""
 
-    __slots__ = ("span",)
+    __slots__ = ("_clock", "span")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, clock: Callable[[], int] = time_ns) -> None:
         self.span = span
+        self._clock = clock
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         value = C.to_attribute(value)
@@ -184,7 +186,7 @@ class Phase:
 
     def end(self) -> None:
         """End a phase opened with ``scope.start()`` (a ``with`` block ends its own)."""
-        self.span.end()
+        self.span.end(end_time=self._clock())
 
 
 class Generation(Phase):
@@ -293,9 +295,13 @@ class _PhaseScope:
         elif self._count == _COUNT_STEP:
             self._attrs[A.TURN] = traj._env_steps
             traj._env_steps += 1
-        return traj._tracer.start_span(
-            self._name, context=context, kind=self._kind, attributes=self._attrs
-        )
+        span = traj._tracer.start_span(
+            self._name, context=context, kind=self._kind, attributes=self._attrs,
+            start_time=traj._clock(),
+        )  # fmt: skip
+        if traj._restore is not None:  # the sampler dropped the attributes
+            traj._restore(span, self._attrs)
+        return span
 
     def __enter__(self) -> Any:
         traj = self._traj
@@ -304,7 +310,7 @@ class _PhaseScope:
         ctx = None if _CURRENT.get() is traj else traj._ctx
         span = self._start(ctx)
         try:
-            handle = self._handle(span)
+            handle = self._handle(span, self._traj._clock)
             token = otel_context.attach(trace.set_span_in_context(span, ctx))
             self._open.append((handle, token))
         except BaseException:
@@ -325,7 +331,7 @@ class _PhaseScope:
             internal_error("phase end", err)
         finally:
             try:
-                span.end()
+                span.end(end_time=handle._clock())
             finally:
                 _detach(token)
 
@@ -355,18 +361,21 @@ class _PhaseScope:
         given, else the trajectory's root.
         """
         traj = self._traj
-        return self._handle(self._start(context if context is not None else traj._ctx))
+        span = self._start(context if context is not None else traj._ctx)
+        return self._handle(span, traj._clock)
 
 
 class Trajectory:
     """A handle on one trajectory in flight: open phase spans from it."""
 
     __slots__ = (
+        "_clock",
         "_ctx",
         "_dup",
         "_ended",
         "_env_steps",
         "_latest",
+        "_restore",
         "_tracer",
         "_turns",
         "agent",
@@ -387,8 +396,13 @@ class Trajectory:
         model: Any,
         agent: Any = None,
         mode: _semconv.Mode | None = None,
+        clock: Callable[[], int] = time_ns,
     ) -> None:
         self._tracer = tracer
+        self._clock = clock
+        #: Set by the tracer when a sampler dropped the root's attributes: restores a
+        #: phase's attributes after it starts.
+        self._restore: Callable[[Span, Mapping[str, Any]], None] | None = None
         self.span = span
         self._ctx = trace.set_span_in_context(span)
         self.trajectory_id = trajectory_id

@@ -25,10 +25,8 @@ _EMPTY: dict[str, Any] = {}
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
-
-#: root span id -> the processor tracking it, so the trajectory context manager can ask
-#: for the breakdown *before* ending the root (attributes freeze at ``end()``).
-_ROOT_OWNERS: dict[int, BreakdownProcessor] = {}
+#: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
+SCOPE_NAME = "otel_rollout"
 
 
 class _Trajectory:
@@ -38,7 +36,7 @@ class _Trajectory:
         self.root_id = root_id
         self.trace_id = trace_id
         self.start_ns = start_ns
-        self.attrs = attrs
+        self.attrs = attrs  # the root's attributes (a live view)
         # flat (phase code, start ns, end ns) triples of the ended outermost phases:
         # 24 bytes a phase instead of a tuple of boxed ints
         self.phases: array[int] | None = None
@@ -49,10 +47,11 @@ class _Trajectory:
 class BreakdownProcessor(SpanProcessor):
     """Derives an exact per-trajectory time breakdown from the spans as they end.
 
-    Install it on the ``TracerProvider`` (before the export processor). It sees every
-    recorded span, sampled or RECORD_ONLY, and when a trajectory's root ends it writes the
-    breakdown onto the root (when the root is ended through :class:`RolloutTracer`),
-    records the histograms, and calls ``on_breakdown``.
+    Install it on the ``TracerProvider`` (before the export processor) and hand it to
+    :class:`~otel_rollout.RolloutTracer` (``RolloutTracer(provider, processor=p)``). It sees
+    every recorded span, sampled or RECORD_ONLY; the tracer ends each trajectory's root
+    through :meth:`finish`, which writes the breakdown onto the root; when the root ends
+    the processor records the histograms and calls ``on_breakdown``.
 
     State is bounded: at most ``max_in_flight`` trajectories are tracked, and those older
     than ``max_age_s`` are evicted; evictions are counted in ``rollout.processor.evicted``.
@@ -152,7 +151,6 @@ class BreakdownProcessor(SpanProcessor):
                         self._evict_locked(start)
                     self._trajs[sid] = traj
                     self._open[sid] = (traj, None, None)
-                    _ROOT_OWNERS[sid] = self
                 return
             parent = span.parent
             if parent is None:
@@ -207,31 +205,66 @@ class BreakdownProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         with self._lock:
-            for sid in self._trajs:
-                _ROOT_OWNERS.pop(sid, None)
             self._trajs.clear()
             self._open.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
 
-    # --- used by the trajectory context manager -------------------------------------------------
-    def _prepare_end(
-        self, root_id: int, end_ns: int, attrs: Mapping[str, Any], status: StatusCode | None
-    ) -> Breakdown | None:
-        """Compute the breakdown of a root about to end, so it can go onto the root span."""
+    # --- the hand-off from RolloutTracer ------------------------------------------------------
+    def finish(self, root: Span, end_ns: int, status: str | None = None) -> Breakdown | None:
+        """End a trajectory's root span at ``end_ns`` with its breakdown written onto it.
+
+        :class:`~otel_rollout.RolloutTracer` calls this when a trajectory block exits: the
+        breakdown must be computed *before* the root ends, since a span's attributes freeze
+        at ``end()``. ``status`` (``ok``, ``error``...) overrides the one derived from the
+        root's status code. Returns the breakdown, or ``None`` when this processor does not
+        track ``root`` (the span is ended all the same). Never raises.
+        """
+        bd = None
         try:
-            traj = self._trajs.get(root_id)
-            if traj is None:
-                return None
-            with self._lock:
-                phases = self._snapshot_locked(traj, end_ns)
-            bd = self._compute(traj, end_ns, phases, attrs, status)
-            traj.breakdown = bd
-            return bd
+            ctx = root.get_span_context()
+            traj = self._trajs.get(ctx.span_id)
+            if traj is not None:
+                with self._lock:
+                    phases = self._snapshot_locked(traj, end_ns)
+                sdk_status = getattr(root, "status", None)
+                code = sdk_status.status_code if sdk_status is not None else None
+                extra = {A.STATUS: status} if status is not None else _EMPTY
+                bd = traj.breakdown = self._compute(traj, end_ns, phases, extra, code)
+                root.set_attributes(bd.as_attributes())
         except Exception as exc:
-            internal_error("BreakdownProcessor.prepare_end", exc)
-            return None
+            internal_error("BreakdownProcessor.finish", exc)
+        try:
+            root.end(end_time=end_ns)
+        except Exception as exc:
+            internal_error("trajectory end", exc)
+        return bd
+
+    def track(self, span: Span) -> None:
+        """Read a started span's attributes again (they were restored after it started).
+
+        A sampler may replace a span's attributes with its own, or with none, so that
+        ``on_start`` cannot tell a trajectory root or a phase; :class:`RolloutTracer`
+        puts them back and calls this, before any child of the span starts. Never raises.
+        """
+        try:
+            sid = span.get_span_context().span_id
+            with self._lock:
+                entry = self._open.get(sid)
+                if entry is not None:
+                    if entry[0].root_id == sid:
+                        return  # a root already tracked
+                    del self._open[sid]
+                    entry[0].n_open -= 1
+            self.on_start(span)
+        except Exception as exc:
+            internal_error("BreakdownProcessor.track", exc)
+
+    @property
+    def open_spans(self) -> int:
+        """Spans of in-flight trajectories (roots included) whose end is awaited."""
+        return len(self._open)
 
     # --- internals ---------------------------------------------------------------------------
     def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
@@ -294,7 +327,6 @@ class BreakdownProcessor(SpanProcessor):
     def _remove_locked(self, traj: _Trajectory) -> None:
         self._trajs.pop(traj.root_id, None)
         self._open.pop(traj.root_id, None)
-        _ROOT_OWNERS.pop(traj.root_id, None)
         if traj.n_open > 0:
             for sid in [k for k, v in self._open.items() if v[0] is traj]:
                 del self._open[sid]
@@ -330,11 +362,8 @@ class BreakdownProcessor(SpanProcessor):
         return code
 
     def _reset(self) -> None:
+        """In a forked child: the parent's trajectories are not this process's to finish."""
         self._lock = threading.Lock()
         self._trajs = {}
         self._open = {}
-
-
-def owner_of(root_span_id: int) -> BreakdownProcessor | None:
-    """The processor tracking the trajectory whose root span id is given, if any."""
-    return _ROOT_OWNERS.get(root_span_id)
+        self.evicted = 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import _attributes as A
@@ -29,15 +29,20 @@ from otel_rollout._handles import (
     current_trajectory,
     phase,
 )
-from otel_rollout._processor import owner_of
+from otel_rollout._processor import SCOPE_NAME, BreakdownProcessor
 from otel_rollout._version import __version__
 
+#: A clock: nanoseconds since the epoch, like :func:`time.time_ns`.
+Clock = Callable[[], int]
+
 __all__ = [
+    "Clock",
     "Generation",
     "Phase",
     "RolloutTracer",
     "Trajectory",
     "_PhaseScope",
+    "find_breakdown_processor",
     "_capture_content",
     "batch",
     "current_trajectory",
@@ -58,10 +63,10 @@ def _parent_context() -> otel_context.Context | None:
 class _TrajectoryScope:
     """Context manager (sync and async) for one trajectory's root span."""
 
-    __slots__ = ("_attrs", "_ctx_token", "_tracer", "_traj", "_var_token")
+    __slots__ = ("_attrs", "_ctx_token", "_owner", "_traj", "_var_token")
 
-    def __init__(self, tracer: trace.Tracer, attrs: dict[str, Any]) -> None:
-        self._tracer = tracer
+    def __init__(self, owner: RolloutTracer, attrs: dict[str, Any]) -> None:
+        self._owner = owner
         self._attrs = attrs
         self._traj: Trajectory | None = None
 
@@ -73,29 +78,43 @@ class _TrajectoryScope:
             if mode.latest_names
             else A.SPAN_TRAJECTORY
         )
+        owner = self._owner
+        tracer, clock = owner._tracer, owner._clock
         batch = current_batch()
         if batch is None:
-            span = self._tracer.start_span(name, context=_parent_context(), attributes=attrs)
+            span = tracer.start_span(
+                name, context=_parent_context(), attributes=attrs, start_time=clock()
+            )
         else:
             attrs = {**attrs, A.BATCH_ID: batch.batch_id}
             if batch.step is not None:
                 attrs[A.STEP] = batch.step
             if batch.nest:
-                span = self._tracer.start_span(name, context=_parent_context(), attributes=attrs)
-            else:  # the root of a new trace, linked to the batch span
-                span = self._tracer.start_span(
-                    name, otel_context.Context(), attributes=attrs, links=batch.links
+                span = tracer.start_span(
+                    name, context=_parent_context(), attributes=attrs, start_time=clock()
                 )
+            else:  # the root of a new trace, linked to the batch span
+                span = tracer.start_span(
+                    name, otel_context.Context(), attributes=attrs, links=batch.links,
+                    start_time=clock(),
+                )  # fmt: skip
         try:
             traj = Trajectory(
-                self._tracer,
+                tracer,
                 span,
                 attrs[A.TRAJECTORY_ID],
                 attrs.get(A.ENV_CLASS),
                 attrs.get(A.GEN_AI_REQUEST_MODEL),
                 attrs.get(A.GEN_AI_AGENT_NAME),
                 mode,
+                clock,
             )
+            recorded = getattr(span, "attributes", None)
+            if recorded is not None and A.TRAJECTORY_ID not in recorded and span.is_recording():
+                # The sampler replaced the attributes: restore them on the root and on
+                # each phase, and let the processor see them (on_start could not).
+                traj._restore = owner._restore
+                owner._restore(span, attrs)
             self._traj = traj
             self._ctx_token = otel_context.attach(traj._ctx)
             self._var_token = _CURRENT.set(traj)
@@ -116,22 +135,20 @@ class _TrajectoryScope:
                 if status is None:
                     cancelled = isinstance(exc, asyncio.CancelledError)
                     status = A.STATUS_CANCELLED if cancelled else A.STATUS_ERROR
-            sdk_status = getattr(span, "status", None)
-            code = sdk_status.status_code if sdk_status is not None else None
             if status is None:
-                status = A.STATUS_ERROR if code is StatusCode.ERROR else A.STATUS_OK
+                sdk_status = getattr(span, "status", None)
+                failed = sdk_status is not None and sdk_status.status_code is StatusCode.ERROR
+                status = A.STATUS_ERROR if failed else A.STATUS_OK
             span.set_attribute(A.STATUS, status)
             traj.status = status
-            end_ns = time_ns()
-            owner = owner_of(span.get_span_context().span_id)
-            if owner is not None:
-                bd = owner._prepare_end(
-                    span.get_span_context().span_id, end_ns, {A.STATUS: status}, code
-                )
-                if bd is not None:
-                    traj.breakdown = bd
-                    span.set_attributes(bd.as_attributes())
-            span.end(end_time=end_ns)
+            owner = self._owner
+            end_ns = owner._clock()
+            # The hand-off: the processor writes the breakdown onto the root and ends it.
+            processor = owner.processor
+            if processor is not None:
+                traj.breakdown = processor.finish(span, end_ns, status)
+            else:
+                span.end(end_time=end_ns)
         except Exception as err:
             internal_error("trajectory end", err)
         finally:
@@ -156,16 +173,60 @@ class _TrajectoryScope:
 
 
 class RolloutTracer:
-    """Makes trajectory spans. Providers default to the global ones (resolved lazily)."""
+    """Makes trajectory spans and hands each finished root to a :class:`BreakdownProcessor`.
+
+    ``processor`` is the :class:`~otel_rollout.BreakdownProcessor` installed on
+    ``tracer_provider``; its :meth:`~otel_rollout.BreakdownProcessor.finish` ends each
+    root with the breakdown on it. When it is not given, the tracer uses the first one
+    among an SDK ``TracerProvider``'s span processors (the global provider's when
+    ``tracer_provider`` is ``None``); without one, roots end without breakdown attributes
+    and :attr:`Trajectory.breakdown` stays ``None``.
+
+    ``meter_provider`` records the batch histograms of :meth:`batch` (the trajectory
+    histograms are the processor's). ``clock`` (epoch nanoseconds, like
+    :func:`time.time_ns`) times every trajectory and phase span; ``id_generator`` (an
+    OpenTelemetry ``IdGenerator``) draws default trajectory ids. :mod:`otel_rollout.testing`
+    has deterministic ones of both.
+    """
 
     def __init__(
         self,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        *,
+        processor: BreakdownProcessor | None = None,
+        clock: Clock | None = None,
+        id_generator: Any = None,
     ) -> None:
-        self._tracer = trace.get_tracer("otel_rollout", __version__, tracer_provider)
+        self._provider = tracer_provider
+        self._tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
         self._meter_provider = meter_provider
         self._batch_instruments: BatchInstruments | None = None
+        self._processor = processor
+        self._found: tuple[Any, BreakdownProcessor | None] | None = None
+        self._clock: Clock = clock if clock is not None else time_ns
+        self._ids = id_generator
+
+    @property
+    def processor(self) -> BreakdownProcessor | None:
+        """The processor finishing this tracer's trajectories (given, or found)."""
+        if self._processor is not None:
+            return self._processor
+        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        found = self._found
+        if found is not None and found[0] is provider:
+            return found[1]
+        processor = find_breakdown_processor(provider)
+        if not isinstance(provider, ProxyTracerProvider):  # the global one may still change
+            self._found = (provider, processor)
+        return processor
+
+    def _restore(self, span: Span, attributes: Mapping[str, Any]) -> None:
+        """Put back attributes a sampler dropped at start, and have the processor see them."""
+        span.set_attributes(attributes)
+        processor = self.processor
+        if processor is not None:
+            processor.track(span)
 
     def batch(
         self,
@@ -228,6 +289,8 @@ class RolloutTracer:
                     if repetition_id is not None
                     else str(instance_id)
                 )
+            elif self._ids is not None:
+                trajectory_id = format(self._ids.generate_span_id(), "016x")
             else:
                 trajectory_id = format(random.getrandbits(64), "016x")
         attrs: dict[str, Any] = {
@@ -249,7 +312,16 @@ class RolloutTracer:
             attrs[A.GROUP_ID] = str(group_id)
         if attributes:
             attrs.update((k, v) for k, v in attributes.items() if v is not None)
-        return _TrajectoryScope(self._tracer, attrs)
+        return _TrajectoryScope(self, attrs)
+
+
+def find_breakdown_processor(provider: Any) -> BreakdownProcessor | None:
+    """The first :class:`BreakdownProcessor` among an SDK ``TracerProvider``'s processors."""
+    active = getattr(provider, "_active_span_processor", None)
+    for p in getattr(active, "_span_processors", ()):
+        if isinstance(p, BreakdownProcessor):
+            return p
+    return None
 
 
 _default: RolloutTracer | None = None

@@ -10,12 +10,17 @@ import random
 import threading
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
-from otel_rollout import BreakdownProcessor
+from otel_rollout import BreakdownProcessor, RolloutTracer
 from otel_rollout._attributes import ALL_BANDS, DURATION_BUCKETS
 from otel_rollout._errors import set_raise_internal_errors
-from otel_rollout.testing import make_test_env
+from otel_rollout.testing import ManualClock, make_test_env
 
 
 def run_some(env, n, rng):
@@ -135,7 +140,7 @@ def test_spans_that_never_end_are_clipped_at_the_root_end(rollout_env):
     (b,) = rollout_env.breakdowns
     assert b.turns == 1 and b.nanos["llm"] > 0
     assert sum(b.nanos[band] for band in ALL_BANDS) == b.nanos["e2e"]
-    assert rollout_env.processor.in_flight == 0 and not rollout_env.processor._open
+    assert rollout_env.processor.in_flight == 0 and rollout_env.processor.open_spans == 0
 
 
 def test_a_failing_sink_never_reaches_the_caller(caplog):
@@ -208,3 +213,122 @@ def test_trajectories_from_four_threads_are_each_accounted_once(rollout_env):
     assert all((b.turns, b.env_steps) == (1, 1) for b in bds)
     (dur,) = rollout_env.histogram_points("rollout.trajectory.duration")
     assert dur.count == 1000
+
+
+class NoAttributes(Sampler):
+    """A sampler that returns a bare decision: the SDK then records no attributes at all."""
+
+    def __init__(self, decision):
+        self.decision = decision
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, *a):
+        return SamplingResult(self.decision)
+
+    def get_description(self):
+        return "NoAttributes"
+
+
+@pytest.mark.parametrize("decision", [Decision.RECORD_ONLY, Decision.RECORD_AND_SAMPLE])
+def test_roots_and_phases_are_recognised_when_the_sampler_drops_every_attribute(decision):
+    env = make_test_env(
+        sampler=NoAttributes(decision), clock=ManualClock(), bands={"reward": "env"}
+    )
+    clock = env.clock
+    for i in range(20):
+        with env.tracer.trajectory(f"t{i}", env="e", model="m") as t:
+            with t.env_setup():
+                clock.advance(ms=1)
+            for _ in range(2):
+                with t.generate():
+                    clock.advance(ms=3)
+                with t.env_step():
+                    clock.advance(ms=5)
+            with t.phase("reward"):
+                clock.advance(ms=2)
+            clock.advance(ms=4)
+    bds = env.breakdowns
+    assert sorted(b.trajectory_id for b in bds) == sorted(f"t{i}" for i in range(20))
+    ms = 1_000_000
+    for b in bds:
+        assert (b.env_class, b.model, b.status, b.turns, b.env_steps) == ("e", "m", "ok", 2, 2)
+        assert dict(b.nanos) == {"llm": 6 * ms, "env": 12 * ms, "env_setup": ms,
+                                 "env_teardown": 0, "other": 4 * ms, "e2e": 23 * ms}  # fmt: skip
+    (dur,) = env.histogram_points("rollout.trajectory.duration", **{"rollout.env.class": "e"})
+    assert dur.count == 20 and dur.sum == pytest.approx(20 * 0.023)
+    (env_band,) = env.histogram_points("rollout.trajectory.phase.duration",
+                                       **{"rollout.phase": "env"})  # fmt: skip
+    assert env_band.count == 20
+    if decision is Decision.RECORD_AND_SAMPLE:  # exported spans carry the attributes again
+        roots = env.roots()
+        assert len(roots) == 20 and roots[0].attributes["rollout.breakdown.e2e"] == bds[0].e2e
+        assert {s.attributes.get("rollout.phase") for s in env.spans() if s.name != "trajectory"} == {
+            "env_setup", "llm", "env", "reward"
+        }
+    else:
+        assert env.spans() == []
+
+
+def test_the_tracer_hands_each_root_to_the_processor_it_was_given():
+    finished = []
+
+    class Spy(BreakdownProcessor):
+        def finish(self, root, end_ns, status=None):
+            bd = super().finish(root, end_ns, status)
+            finished.append(bd)
+            return bd
+
+    provider = TracerProvider()
+    processor = Spy(MeterProvider())
+    provider.add_span_processor(processor)
+    tracer = RolloutTracer(provider, processor=processor, clock=ManualClock(step_ns=1000))
+    with tracer.trajectory("a") as t:
+        pass
+    assert finished == [t.breakdown] and t.breakdown.nanos["e2e"] == 1000
+    assert not t.span.is_recording()  # finish() ended the root
+
+
+def test_a_processor_installed_by_the_user_is_found_on_the_provider():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    processor = BreakdownProcessor(MeterProvider())
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = RolloutTracer(provider)  # no processor=: the documented fallback
+    assert tracer.processor is processor
+    with tracer.trajectory("a", env="e") as t:
+        pass
+    assert t.breakdown is not None and t.breakdown.env_class == "e"
+    (root,) = exporter.get_finished_spans()
+    assert root.attributes["rollout.breakdown.e2e"] == t.breakdown.e2e
+
+
+def test_without_a_processor_roots_still_end_with_their_status():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = RolloutTracer(provider)
+    assert tracer.processor is None
+    with tracer.trajectory("a"):
+        pass
+    (root,) = exporter.get_finished_spans()
+    assert root.attributes["rollout.trajectory.status"] == "ok"
+    assert "rollout.breakdown.e2e" not in root.attributes
+
+
+def test_finish_ends_a_root_it_does_not_track_and_returns_none():
+    provider = TracerProvider()
+    span = provider.get_tracer("other").start_span("x")
+    assert BreakdownProcessor(MeterProvider()).finish(span, span.start_time + 5) is None
+    assert span.end_time == span.start_time + 5
+
+
+def test_the_tracers_meter_provider_records_the_batch_histograms():
+    reader = InMemoryMetricReader()
+    provider = TracerProvider()
+    provider.add_span_processor(BreakdownProcessor(MeterProvider()))
+    tracer = RolloutTracer(provider, MeterProvider(metric_readers=[reader]))
+    with tracer.batch(step=1), tracer.trajectory("a"):
+        pass
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
+    assert "rollout.batch.duration" in names

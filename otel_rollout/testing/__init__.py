@@ -1,8 +1,10 @@
 """Test helpers and a pytest plugin: local providers with in-memory exporter and reader.
 
 ``make_test_env()`` builds a :class:`RolloutTestEnv` without touching global providers;
-the ``rollout_env`` fixture gives one per test. Under this plugin otel-rollout's internal
-errors raise instead of being logged, so bugs surface in tests.
+the ``rollout_env`` fixture gives one per test (real time), ``manual_env`` one on a
+:class:`ManualClock` with :class:`DeterministicIds`, for exact-nanosecond assertions.
+Under this plugin otel-rollout's internal errors raise instead of being logged, so bugs
+surface in tests.
 """
 
 from __future__ import annotations
@@ -16,15 +18,25 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._summary import BreakdownCollector
-from otel_rollout._tracer import RolloutTracer
+from otel_rollout._tracer import Clock, RolloutTracer
+from otel_rollout.testing._clock import DeterministicIds, ManualClock
 
-__all__ = ["RolloutTestEnv", "make_test_env", "metric_points", "rollout_env"]
+__all__ = [
+    "DeterministicIds",
+    "ManualClock",
+    "RolloutTestEnv",
+    "make_test_env",
+    "manual_env",
+    "metric_points",
+    "rollout_env",
+]
 
 
 def metric_points(
@@ -49,7 +61,12 @@ def metric_points(
 
 
 class RolloutTestEnv:
-    """Local providers wired like production, with everything kept in memory."""
+    """Local providers wired like production, with everything kept in memory.
+
+    ``clock`` (a :class:`ManualClock`, or any callable returning epoch nanoseconds) times
+    the tracer's spans; ``id_generator`` (e.g. :class:`DeterministicIds`) draws trace,
+    span and trajectory ids. Both default to the real ones.
+    """
 
     def __init__(
         self,
@@ -57,8 +74,11 @@ class RolloutTestEnv:
         sampler: Sampler | None = None,
         bands: Mapping[str, str] | None = None,
         resource: Resource | None = None,
+        clock: Clock | None = None,
+        id_generator: IdGenerator | None = None,
         **processor_options: Any,
     ) -> None:
+        self.clock = clock
         self.metric_reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(
             metric_readers=[self.metric_reader],
@@ -72,10 +92,18 @@ class RolloutTestEnv:
         kwargs: dict[str, Any] = {"resource": self.meter_provider._sdk_config.resource}
         if sampler is not None:
             kwargs["sampler"] = sampler
+        if id_generator is not None:
+            kwargs["id_generator"] = id_generator
         self.tracer_provider = TracerProvider(**kwargs)
         self.tracer_provider.add_span_processor(self.processor)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.span_exporter))
-        self.tracer = RolloutTracer(self.tracer_provider, self.meter_provider)
+        self.tracer = RolloutTracer(
+            self.tracer_provider,
+            self.meter_provider,
+            processor=self.processor,
+            clock=clock,
+            id_generator=id_generator,
+        )
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         """Finished, exported spans (optionally only those called ``name``), in end order."""
@@ -110,7 +138,8 @@ class RolloutTestEnv:
 
 
 def make_test_env(**options: Any) -> RolloutTestEnv:
-    """A :class:`RolloutTestEnv`; options go to it (``sampler``, ``bands``, processor's)."""
+    """A :class:`RolloutTestEnv`; options go to it (``sampler``, ``bands``, ``clock``,
+    ``id_generator``, the processor's)."""
     return RolloutTestEnv(**options)
 
 
@@ -133,6 +162,16 @@ if pytest is not None:
     def rollout_env() -> Iterator[RolloutTestEnv]:
         """Local providers, an in-memory span exporter and metric reader, and a tracer."""
         env = RolloutTestEnv()
+        try:
+            yield env
+        finally:
+            env.shutdown()
+
+    @pytest.fixture
+    def manual_env() -> Iterator[RolloutTestEnv]:
+        """Like ``rollout_env``, on a :class:`ManualClock` (``manual_env.clock.advance(ms=5)``)
+        and :class:`DeterministicIds`: durations are exactly what the test says."""
+        env = RolloutTestEnv(clock=ManualClock(), id_generator=DeterministicIds())
         try:
             yield env
         finally:
