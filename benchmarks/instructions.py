@@ -43,8 +43,9 @@ def _run_one(mode: str, n: int) -> None:
         tracer, tree = provider.get_tracer("bench"), bare_tree
     else:
         meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        provider.add_span_processor(BreakdownProcessor(meters, record_metrics=mode == "ours"))
-        tracer, tree = RolloutTracer(provider, meters), rollout_tree
+        processor = BreakdownProcessor(meters, record_metrics=mode == "ours")
+        provider.add_span_processor(processor)
+        tracer, tree = RolloutTracer(provider, processor=processor), rollout_tree
     # A long delay and a big queue: the export thread stays out of the count.
     provider.add_span_processor(
         BatchSpanProcessor(NullExporter(), schedule_delay_millis=600_000, max_queue_size=1 << 20)

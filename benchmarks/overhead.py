@@ -135,10 +135,10 @@ def main() -> None:
 
     bare_provider = bare_setup()
     bare_tracer = bare_provider.get_tracer("bench")
-    ro_provider, meter = rollout_setup()
-    ro_tracer = RolloutTracer(ro_provider, meter)
-    nm_provider, nm_meter = rollout_setup(record_metrics=False)
-    nm_tracer = RolloutTracer(nm_provider, nm_meter)
+    ro_provider, _ = rollout_setup()
+    ro_tracer = RolloutTracer(ro_provider)
+    nm_provider, _ = rollout_setup(record_metrics=False)
+    nm_tracer = RolloutTracer(nm_provider)
     bare_s, ours_s, nm_s = [], [], []
     for _ in range(3):  # interleave to share the machine's noise
         bare_s.append(cpu_per_call(lambda: bare_tree(bare_tracer), n))

@@ -114,6 +114,11 @@ class TailKeepProcessor(SpanProcessor):
             internal_error("TailKeepProcessor.on_end", exc)
 
     @property
+    def buffered_spans(self) -> int:
+        """Spans of unsampled trajectories held until their root decides keep or drop."""
+        return self._buffered
+
+    @property
     def percentile_threshold_s(self) -> float | None:
         """The current running-percentile threshold in seconds (None before warm-up)."""
         return None if self._pct_ns is None else self._pct_ns / 1e9

@@ -77,7 +77,7 @@ def test_local_mode_leaves_the_global_providers_alone(tmp_path):
     rollout = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
     assert trace.get_tracer_provider() is before
     assert rollout.tracer_provider is not before
-    rollout.shutdown()
+    assert rollout.shutdown()
 
 
 def test_argument_beats_rollout_env_beats_otel_env_beats_default(monkeypatch, tmp_path):

@@ -261,9 +261,8 @@ def test_roots_and_phases_are_recognised_when_the_sampler_drops_every_attribute(
     if decision is Decision.RECORD_AND_SAMPLE:  # exported spans carry the attributes again
         roots = env.roots()
         assert len(roots) == 20 and roots[0].attributes["rollout.breakdown.e2e"] == bds[0].e2e
-        assert {s.attributes.get("rollout.phase") for s in env.spans() if s.name != "trajectory"} == {
-            "env_setup", "llm", "env", "reward"
-        }
+        phases = {s.attributes.get("rollout.phase") for s in env.spans() if s.name != "trajectory"}
+        assert phases == {"env_setup", "llm", "env", "reward"}
     else:
         assert env.spans() == []
 

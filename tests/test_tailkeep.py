@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import time
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -18,16 +17,20 @@ from otel_rollout import (
     RolloutTracer,
     TailKeepProcessor,
 )
+from otel_rollout.testing import ManualClock
+
+clock = ManualClock()
 
 
 def setup(**tail):
     exporter = InMemorySpanExporter()
     collector = BreakdownCollector()
     provider = TracerProvider(sampler=RecordingRatioSampler(0.0))
-    provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
+    processor = BreakdownProcessor(MeterProvider(), on_breakdown=collector)
+    provider.add_span_processor(processor)
     keep = TailKeepProcessor(SimpleSpanProcessor(exporter), **tail)
     provider.add_span_processor(keep)
-    return RolloutTracer(provider), exporter, collector, keep
+    return RolloutTracer(provider, processor=processor, clock=clock), exporter, collector, keep
 
 
 def test_errored_and_slow_trajectories_are_exported_whole_and_nothing_else():
@@ -37,8 +40,7 @@ def test_errored_and_slow_trajectories_are_exported_whole_and_nothing_else():
         try:
             with tracer.trajectory(f"{kind}{i}") as traj:
                 with traj.generate():
-                    if kind == "slow":
-                        time.sleep(0.04)
+                    clock.advance(ms=40 if kind == "slow" else 29)
                 with traj.env_step():
                     if kind == "error":
                         raise RuntimeError("tool failed")
@@ -53,7 +55,7 @@ def test_errored_and_slow_trajectories_are_exported_whole_and_nothing_else():
     assert all(s.parent.span_id in root_ids for s in spans if s.name != "trajectory")
     assert all(s.context.trace_flags.sampled for s in spans)
     assert len(collector.drain()) == 30 and keep.kept_trajectories == 6
-    assert keep._buffered == 0
+    assert keep.buffered_spans == 0
 
 
 def test_buffer_is_bounded_and_counts_what_it_dropped():
@@ -68,7 +70,8 @@ def test_buffer_is_bounded_and_counts_what_it_dropped():
 
     for i in range(8):
         contextvars.copy_context().run(open_trajectory, i)
-    assert keep._buffered <= 10 and keep.dropped_spans == 16 - keep._buffered
+    # 16 spans ended; the oldest traces went whole to make room for the newest
+    assert keep.buffered_spans == 10 and keep.dropped_spans == 6
 
 
 def test_bad_arguments_are_clear_errors():
@@ -78,17 +81,19 @@ def test_bad_arguments_are_clear_errors():
 
 def test_running_percentile_keeps_the_slow_tail_without_a_threshold_in_seconds():
     tracer, exporter, collector, keep = setup(slower_than_percentile=95, percentile_warmup=20)
-    # 100 trajectories; every twentieth (after warm-up) sleeps far longer than the rest.
+    # 100 trajectories of 1.000 to 1.099 ms, in a shuffled order; every twentieth after
+    # warm-up takes 30 ms.
     slow = {i for i in range(100) if i % 20 == 19 and i >= 39}
+    fast_us = [1000 + (i * 37) % 100 for i in range(100)]
     for i in range(100):
         with tracer.trajectory(f"t{i}") as traj, traj.env_step():
-            time.sleep(0.03 if i in slow else 0.001)
+            clock.advance(us=30_000 if i in slow else fast_us[i])
     roots = [s for s in exporter.get_finished_spans() if s.name == "trajectory"]
     kept = {int(s.attributes["rollout.trajectory.id"][1:]) for s in roots}
     assert slow <= kept  # every slow one after warm-up is exported
-    # The threshold sits near the top of the fast ones' durations: about 5% of them pass
-    # (scheduling jitter widens that on a loaded machine), far from all 96.
-    assert len(kept - slow) <= 20
+    # The threshold sits near the top of the fast ones' durations: only the fast ones at
+    # the top of the window seen so far pass, far from all 94 (same clock, same answer).
+    assert sorted(kept - slow) == [27, 35, 54, 81]
     assert keep.percentile_threshold_s is not None and keep.percentile_threshold_s < 0.03
     assert len(collector.drain()) == 100
 
