@@ -206,7 +206,7 @@ def test_keyboard_interrupt_in_library_code_leaves_nothing_in_flight(rollout_env
 
 def test_keyboard_interrupt_while_ending_the_root_still_ends_it(rollout_env, monkeypatch):
     monkeypatch.setattr(
-        rollout_env.processor, "_prepare_end", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt)
+        rollout_env.processor, "finish", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt)
     )
     with pytest.raises(KeyboardInterrupt), rollout_env.tracer.trajectory():
         pass
