@@ -44,7 +44,7 @@ def test_trajectories_arrive_with_their_tree_breakdown_and_histograms(protocol):
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BreakdownProcessor(meter_provider, on_breakdown=collector))
         provider.add_span_processor(BatchSpanProcessor(span_exporter))
-        tracer = RolloutTracer(provider)
+        tracer = RolloutTracer(provider, meter_provider)
         for i in range(N):
             with tracer.trajectory(f"t{i}", env="gsm8k", model="m") as traj:
                 with traj.env_setup():
