@@ -17,6 +17,7 @@ import numpy as np
 
 from otel_rollout._breakdown import Breakdown, PhaseInterval
 from otel_rollout._summary import SUMMARY_FIELDS, summarize_columns
+from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
 
 
@@ -29,6 +30,8 @@ class ReportData:
         self._groups: dict[Any, dict[str, array]] = {}
         self._heap: list[tuple[float, int, TrajectoryTrace]] = []
         self._tie = itertools.count()
+        #: Trajectories with a batch id, by batch (the batch view).
+        self.batches = BatchGroups()
 
     @classmethod
     def of(
@@ -51,6 +54,7 @@ class ReportData:
             cols = self._groups[b.env_class] = {f: array("d") for f in SUMMARY_FIELDS}
         for f in SUMMARY_FIELDS:
             cols[f].append(getattr(b, f))
+        self.batches.add(b)
         item = (b.e2e, next(self._tie), trajectory)
         if len(self._heap) < self._k:
             heapq.heappush(self._heap, item)

@@ -18,6 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import SpanRecord, breakdown_from_tree
+from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
     LOSS_EVICTED,
@@ -113,6 +114,8 @@ class TraceAssembler:
             self._ready[tid] = None
         elif record.phase is not None:
             trace.has_phase = True
+        elif A.BATCH_ID in span.attributes and len(result.batches) < MAX_BATCHES:
+            result.batches[str(span.attributes[A.BATCH_ID])] = batch_span(span)
         self._finish_ready()
         while self._buffered > self._max and self._open:
             old = next(iter(self._open))

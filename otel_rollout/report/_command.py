@@ -85,6 +85,10 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
     if data.count:
         print_table(console, data, f"report: {' '.join(args.source)}")
         print_slowest(console, data)
+        if len(data.batches):
+            from otel_rollout.report._batches import print_batches
+
+            print_batches(console, data.batches.analyses(result.batches))
         if args.output_dir is not None:
             from otel_rollout.report._pictures import draw
 

@@ -6,17 +6,24 @@ import json
 from typing import Any
 
 from otel_rollout.report._aggregate import ReportData
+from otel_rollout.report._batches import LOSS_BATCH_FULL, batch_dict
 from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 
 def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
-    ``trajectories``, ``found`` (before filters), ``incomplete`` and ``losses`` per reason."""
+    ``trajectories``, ``found`` (before filters), ``incomplete`` and ``losses`` per reason;
+    with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
     out: dict[str, Any] = data.summary()
     out["trajectories"] = data.count
     out["found"] = result.found
     out["incomplete"] = result.losses.get(LOSS_INCOMPLETE, 0)
-    out["losses"] = dict(sorted(result.losses.items()))
+    losses = dict(result.losses)
+    if data.batches.dropped:
+        losses[LOSS_BATCH_FULL] = data.batches.dropped
+    out["losses"] = dict(sorted(losses.items()))
+    if len(data.batches):
+        out["batches"] = [batch_dict(v) for v in data.batches.analyses(result.batches)]
     return out
 
 

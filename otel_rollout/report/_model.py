@@ -38,6 +38,16 @@ class TrajectoryTrace:
     service: str | None = None
 
 
+@dataclass
+class BatchSpan:
+    """A batch (training step) span read back: the start its analysis is measured from."""
+
+    batch_id: str
+    step: int | None
+    start_ns: int
+    end_ns: int | None
+
+
 #: Why a span or a trajectory read back was not counted (keys of ``ReadResult.losses``).
 LOSS_BAD_LINE = "bad lines skipped"
 LOSS_DUPLICATE = "duplicate spans ignored"
@@ -66,6 +76,8 @@ class ReadResult:
     #: trajectories found (also those streamed to a callback instead of kept)
     found: int = 0
     spans: int = 0
+    #: batch spans read, by batch id
+    batches: dict[str, BatchSpan] = field(default_factory=dict)
 
     @property
     def breakdowns(self) -> list[Breakdown]:
