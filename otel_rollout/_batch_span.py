@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
+from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -134,7 +135,9 @@ def new_batch_id(step: int | None) -> str:
 class BatchScope:
     """Context manager (sync and async) for one batch span."""
 
-    __slots__ = ("_attrs", "_batch", "_instruments", "_nest", "_step", "_token", "_tracer")
+    __slots__ = (
+        "_attrs", "_batch", "_clock", "_instruments", "_nest", "_step", "_token", "_tracer",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -144,8 +147,10 @@ class BatchScope:
         batch_id: str,
         attributes: Mapping[str, Any],
         nest: bool,
+        clock: Callable[[], int] = time_ns,
     ) -> None:
         self._tracer = tracer
+        self._clock = clock
         self._instruments = instruments
         self._step = step
         self._nest = nest
@@ -157,7 +162,9 @@ class BatchScope:
         self._batch: Batch | None = None
 
     def __enter__(self) -> Batch:
-        span = self._tracer.start_span(A.SPAN_BATCH, attributes=self._attrs)
+        span = self._tracer.start_span(
+            A.SPAN_BATCH, attributes=self._attrs, start_time=self._clock()
+        )
         batch = Batch(span, self._attrs[A.BATCH_ID], self._step, self._nest)
         self._batch = batch
         with _OPEN_LOCK:
@@ -184,9 +191,11 @@ class BatchScope:
                     ctx = trace.set_span_in_context(span)
                     self._instruments.duration.record(analysis.wall_ns * 1e-9, context=ctx)
                     self._instruments.tail.record(analysis.tail_ns * 1e-9, context=ctx)
-            span.end()
+            span.end(end_time=self._clock())
         except Exception as err:
             internal_error("batch end", err)
+            if span.is_recording():
+                span.end()
         finally:
             token, var_token = self._token
             try:

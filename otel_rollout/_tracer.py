@@ -260,6 +260,7 @@ class RolloutTracer:
             str(batch_id) if batch_id is not None else new_batch_id(step),
             attributes or {},
             nest,
+            self._clock,
         )
 
     def trajectory(

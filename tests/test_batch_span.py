@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import subprocess
 import sys
 
@@ -169,3 +170,58 @@ def test_without_an_sdk_a_batch_is_harmless():
     with otel_rollout.batch(step=1) as b, otel_rollout.trajectory("x") as t:
         pass
     assert t.breakdown is None and b.analysis.trajectories == 0 and b.summary() == {}
+
+
+def test_online_figures_are_exact_on_the_manual_clock(manual_env):
+    """The closed-form batch of test_batch.py, run live: every figure in exact ns."""
+    tracer, clock = manual_env.tracer, manual_env.clock
+    U = 1_000_000_000
+    t0 = clock.advance()
+    # (trajectory, start s, end s, [(phase, start s, end s)]): finishes 4, 5, 6, 8, 12
+    plan = [
+        ("t0", 0, 4, [("env_setup", 0, 1), ("llm", 1, 3), ("env", 3, 4)]),
+        ("t1", 0, 5, [("env_setup", 0, 1), ("llm", 1, 4), ("env", 4, 5)]),
+        ("t2", 0, 6, [("env_setup", 0, 1), ("llm", 1, 5), ("env", 5, 6)]),
+        ("t3", 0, 8, [("env_setup", 0, 1), ("llm", 1, 6), ("env", 6, 7)]),
+        ("t4", 1, 12, [("env_setup", 1, 2), ("llm", 2, 7), ("env", 7, 11),
+                       ("env_teardown", 11, 12)]),
+    ]  # fmt: skip
+    # every start and end as an event, replayed in time order on the manual clock; each
+    # trajectory enters and exits its scopes in a context of its own, as a task would
+    order = {2: 0, 3: 1, 0: 2, 1: 3}  # at one instant: phase ends, ends, starts, phase starts
+    events = []
+    for tid, start, end, phases in plan:
+        events += [(start, 0, tid, None), (end, 3, tid, None)]
+        events += [ev for p, s, e in phases for ev in ((s, 1, tid, p), (e, 2, tid, p))]
+    with tracer.batch(step=3) as batch:
+        ctxs = {tid: contextvars.copy_context() for tid, *_ in plan}
+        scopes = {tid: tracer.trajectory(tid, env="code") for tid, *_ in plan}
+        handles, open_phases = {}, {}
+        for when, kind, tid, p in sorted(events, key=lambda ev: (ev[0], order[ev[1]])):
+            clock.advance(t0 + when * U - clock())
+            run = ctxs[tid].run
+            if kind == 0:
+                handles[tid] = run(scopes[tid].__enter__)
+            elif kind == 1:
+                h = handles[tid]
+                scope = {"llm": h.generate, "env": h.env_step, "env_setup": h.env_setup,
+                         "env_teardown": h.env_teardown}[p]()  # fmt: skip
+                run(scope.__enter__)
+                open_phases[(tid, p)] = scope
+            elif kind == 2:
+                run(open_phases.pop((tid, p)).__exit__, None, None, None)
+            else:
+                run(scopes[tid].__exit__, None, None, None)
+        clock.advance(s=1)
+    a = batch.analysis
+    assert a.start_ns == t0 and a.wall_ns == 12 * U and a.tail_ns == 6 * U
+    assert [b.trajectory_id for b in a.stragglers] == ["t4"]
+    assert dict(a.tail_band_ns) == {
+        "llm": U, "env": 5 * U, "env_setup": 0, "env_teardown": U, "other": U,
+    }  # fmt: skip
+    assert a.in_generate.values.tolist() == [0, 4, 5, 4, 3, 2, 1, 0]
+    assert a.llm_concurrency_mean == 19 / 12 and a.low_llm_demand_ns == 7 * U
+    (span,) = manual_env.spans("batch")
+    assert span.start_time == t0 and span.end_time == t0 + 13 * U
+    assert span.attributes["rollout.batch.tail_time"] == 6.0
+    assert span.attributes["rollout.batch.tail.env_frac"] == 0.625

@@ -24,27 +24,47 @@ HEADERS = ["env class", "n", "e2e", "llm", "env", "env_setup", "env_teardown", "
 
 
 def print_table(console, data: ReportData, title: str) -> None:
+    """Per env class, a row per band: mean / p90 / max seconds and the band's share of the
+    mean e2e (narrow enough for an 80-column terminal)."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=f"{title}  (seconds: mean / p90 / max)")
-    for h in HEADERS:
-        t.add_column(h, justify="right" if h != "env class" else "left")
-    for env_class, n, cells, frac in table_rows(data):
-        t.add_row(env_class, str(n), *cells, frac)
+    t = Table(title=f"{title}  (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
+    t.add_column("env class", overflow="fold", max_width=20)
+    t.add_column("n", justify="right", no_wrap=True)
+    t.add_column("band", no_wrap=True)
+    for h in ("mean", "p90", "max", "share"):
+        t.add_column(h, justify="right", no_wrap=True)
+    for env_class, n, columns in data.groups():
+        s = summarize_columns(columns, prefix="")
+        e2e_mean = s["trajectory_time_completion_mean"]
+        for i, key in enumerate(SKYRL_KEY_NAMES):
+            m, p, x = (s[f"trajectory_time_{key}_{st}"] for st in ("mean", "p90", "max"))
+            band = "e2e" if key == "completion" else key
+            share = "" if i == 0 else (f"{100 * m / e2e_mean:.0f}%" if e2e_mean > 0 else "-")
+            t.add_row(env_class if i == 0 else "", str(n) if i == 0 else "", band,
+                      f"{m:.3f}", f"{p:.3f}", f"{x:.3f}", share,
+                      end_section=False)  # fmt: skip
+        t.add_row("", "", "frac env", f"{s['frac_time_in_env']:.3f}", "", "", "",
+                  end_section=True)  # fmt: skip
     console.print(t)
 
 
 def print_slowest(console, data: ReportData) -> None:
+    """The slowest trajectories: id, env class, e2e, the band they spent most in, trace id."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title="slowest trajectories")
-    for h in ("trajectory", "env class", "e2e s", "llm", "env", "env_setup", "turns", "trace id"):
-        t.add_column(h)
+    t = Table(title="slowest trajectories (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
+    t.add_column("trajectory", overflow="ellipsis", max_width=14, no_wrap=True)
+    t.add_column("env class", overflow="ellipsis", max_width=12, no_wrap=True)
+    t.add_column("e2e", justify="right", no_wrap=True)
+    t.add_column("most in", no_wrap=True)
+    t.add_column("trace id", no_wrap=True, min_width=32)
     for b in (t.breakdown for t in data.slowest()):
-        t.add_row(
-            b.trajectory_id, str(b.env_class), f"{b.e2e:.3f}", f"{b.llm:.3f}", f"{b.env:.3f}",
-            f"{b.env_setup:.3f}", str(b.turns), b.trace_id,
-        )  # fmt: skip
+        top = max(("llm", "env", "env_setup", "env_teardown", "other"), key=b.band)
+        share = f"{top} {100 * b.band(top) / b.e2e:.0f}%" if b.e2e > 0 else "-"
+        t.add_row(b.trajectory_id, str(b.env_class), f"{b.e2e:.3f}", share, b.trace_id)
     console.print(t)
 
 
