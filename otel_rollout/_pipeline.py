@@ -141,12 +141,15 @@ class TracePipeline:
         """
         s = self.settings
         if s.traces_exporter == "file":
-            from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+            from otel_rollout._tracefile import RotatingTraceFile
 
             path = trace_file_path(s)
             create_trace_file(path)
             self.trace_file = path
-            return self._batch(FileSpanExporter(path), str(path))
+            max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
+            exporter = RotatingTraceFile(path, max_bytes=max_bytes,
+                                         max_age_s=s.trace_file_max_age_s)  # fmt: skip
+            return self._batch(exporter, str(path))
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")

@@ -193,6 +193,12 @@ SETTINGS: tuple[Setting, ...] = (
             "custom phases counted in a band, e.g. `judge=llm`", default_doc="none"),
     Setting("output_dir", ("OTEL_ROLLOUT_OUTPUT_DIR",), Path(), _FsPath(DEFAULT_OUTPUT_DIR),
             "trace file folder", default_doc=f"`./{DEFAULT_OUTPUT_DIR}`"),
+    Setting("trace_file_max_mb", ("OTEL_ROLLOUT_TRACE_FILE_MAX_MB",), Number(0, unit="MiB"),
+            128, "the trace file moves on to a new file before it would grow past this size "
+            "(0: never for size)"),
+    Setting("trace_file_max_age_s", ("OTEL_ROLLOUT_TRACE_FILE_MAX_AGE_S",),
+            Number(0, unit="seconds"), 3600, "the trace file moves on to a new file once it "
+            "is this old (0: never for age)"),
     Setting("metric_export_interval_ms", ("OTEL_METRIC_EXPORT_INTERVAL",),
             Number(0, low_open=True, integer=True, unit="ms"), 60000,
             "metric export interval (OTLP, console)"),
@@ -232,6 +238,8 @@ class Settings:
     tail_keep_percentile: float | None = None
     bands: Mapping[str, str] | None = None
     output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
+    trace_file_max_mb: float = 128
+    trace_file_max_age_s: float = 3600
     metric_export_interval_ms: int = 60000
     bsp_max_queue_size: int = 2048
     prometheus_host: str = "127.0.0.1"

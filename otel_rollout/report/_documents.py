@@ -8,6 +8,7 @@ the same shape (under ``batches``); Jaeger's query API answers ``{"data": [...]}
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,12 +16,14 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout.report._model import RawSpan, TraceReadError
 
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
 
 def _decode_id(raw: Any, width: int) -> str:
     s = str(raw or "")
     if not s:
         return ""
-    if len(s) == width and all(c in "0123456789abcdefABCDEF" for c in s):
+    if len(s) == width and _HEX.fullmatch(s):
         return s.lower()
     try:  # protobuf JSON encodes bytes as base64 (Tempo)
         return base64.b64decode(s).hex().rjust(width, "0")
