@@ -74,21 +74,22 @@ def write_file(path: Path, megabytes: int) -> int:
     return n
 
 
-def run_report(path: Path) -> tuple[float, float, dict]:
-    """Peak RSS (MiB) and wall seconds of ``otel-rollout report path --format json``."""
+def run_report(path: Path) -> tuple[float, float, float, dict]:
+    """Peak RSS (MiB), wall and CPU seconds of ``otel-rollout report path --format json``."""
     code = (
         "import resource, sys\n"
         "from otel_rollout.cli import main\n"
         "rc = main(['report', sys.argv[1], '--format', 'json'])\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "u = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "print(u.ru_utime + u.ru_stime, u.ru_maxrss, file=sys.stderr)\n"
         "sys.exit(rc)\n"
     )
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                           text=True, check=True)  # fmt: skip
     wall = time.perf_counter() - t
-    peak_kib = int(proc.stderr.strip().splitlines()[-1])
-    return peak_kib / 1024, wall, json.loads(proc.stdout)
+    cpu, peak_kib = proc.stderr.strip().splitlines()[-1].split()
+    return int(peak_kib) / 1024, wall, float(cpu), json.loads(proc.stdout)
 
 
 def main() -> None:
@@ -103,13 +104,13 @@ def main() -> None:
             path = Path(tmp) / f"traces-{mb}.jsonl"
             n = write_file(path, mb)
             size = path.stat().st_size / 2**20
-            peak, wall, out = run_report(path)
+            peak, wall, cpu, out = run_report(path)
             assert out["trajectories"] == n, (out["trajectories"], n)
             rows.append((size, n, peak, wall, out["losses"]))
-            rate = n / wall
             print(
                 f"{size:8.0f} MiB  {n:9d} trajectories  peak RSS {peak:7.1f} MiB  "
-                f"{wall:6.1f} s  ({rate:,.0f} trajectories/s)  losses {out['losses']}"
+                f"wall {wall:6.1f} s  CPU {cpu:6.1f} s ({n / cpu:,.0f} trajectories per CPU s)"
+                f"  losses {out['losses']}"
             )
             os.unlink(path)
     (s_size, s_n, s_peak, _, _), (l_size, l_n, l_peak, _, _) = rows

@@ -8,7 +8,7 @@ trajectory's root ends, in the process that saw every span.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_rollout import _attributes as A
 from otel_rollout._errors import internal_error, warn_once
+from otel_rollout._spanbuffer import SpanBuffer
 
 _KEEP_STATUSES = frozenset({A.STATUS_ERROR, A.STATUS_CANCELLED})
 
@@ -81,15 +82,11 @@ class TailKeepProcessor(SpanProcessor):
                 "need 1 <= percentile_warmup <= percentile_window, got "
                 f"{percentile_warmup!r} and {percentile_window!r}"
             )
-        if max_buffered_spans < 1:
-            raise ValueError(f"max_buffered_spans must be at least 1, got {max_buffered_spans!r}")
+        self._buffer = SpanBuffer(max_buffered_spans)
         self._inner = export_processor
         self._slow_ns = None if slower_than_s is None else int(slower_than_s * 1e9)
         self._keep_errors = keep_errors
-        self._max = max_buffered_spans
         self._lock = threading.Lock()
-        self._buffers: OrderedDict[int, list[ReadableSpan]] = OrderedDict()
-        self._buffered = 0
         self._pct = slower_than_percentile
         self._recent: deque[int] = deque(maxlen=percentile_window)
         self._warmup = percentile_warmup
@@ -115,8 +112,8 @@ class TailKeepProcessor(SpanProcessor):
 
     @property
     def buffered_spans(self) -> int:
-        """Spans of unsampled trajectories held until their root decides keep or drop."""
-        return self._buffered
+        """Unsampled spans held, waiting for their trajectory's root to end."""
+        return self._buffer.buffered
 
     @property
     def percentile_threshold_s(self) -> float | None:
@@ -137,14 +134,7 @@ class TailKeepProcessor(SpanProcessor):
         trace_id = span.context.trace_id
         attrs = span.attributes or {}
         with self._lock:
-            buf = self._buffers.get(trace_id)
-            if buf is None:
-                buf = self._buffers[trace_id] = []
-            buf.append(span)
-            self._buffered += 1
-            while self._buffered > self._max and self._buffers:
-                _, old = self._buffers.popitem(last=False)
-                self._buffered -= len(old)
+            for _, old in self._buffer.add(span):
                 self.dropped_spans += len(old)
                 warn_once(
                     "tailkeep:overflow",
@@ -154,8 +144,7 @@ class TailKeepProcessor(SpanProcessor):
             if A.TRAJECTORY_ID not in attrs:
                 return
             duration = (span.end_time or 0) - (span.start_time or 0)
-            buf = self._buffers.get(trace_id)
-            if buf is None:  # dropped for room: nothing of this trajectory is left to keep
+            if trace_id not in self._buffer:  # dropped for room: nothing of it left to keep
                 if self._pct is not None:
                     self._observe(duration)
                 return
@@ -166,17 +155,9 @@ class TailKeepProcessor(SpanProcessor):
                 keep = duration >= self._pct_ns
             if self._pct is not None:
                 self._observe(duration)
-            # Spans of this trajectory are in the buffer; siblings in the same trace (other
+            # Spans of this trajectory leave the buffer; siblings in the same trace (other
             # trajectories of one batch span) are released only with their own roots.
-            root_id = span.context.span_id
-            mine = _descendants(buf, root_id)
-            rest = [s for s in buf if s.context.span_id not in mine]
-            chosen = [s for s in buf if s.context.span_id in mine]
-            if rest:
-                self._buffers[trace_id] = rest
-            else:
-                del self._buffers[trace_id]
-            self._buffered -= len(chosen)
+            chosen = self._buffer.take(trace_id, span.context.span_id, with_root=True)
             if keep:
                 self.kept_trajectories += 1
         if keep:
@@ -185,23 +166,8 @@ class TailKeepProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         with self._lock:
-            self._buffers.clear()
-            self._buffered = 0
+            self._buffer.drain()
         self._inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._inner.force_flush(timeout_millis)
-
-
-def _descendants(spans: list[ReadableSpan], root_id: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for s in spans:
-        if s.parent is not None:
-            children.setdefault(s.parent.span_id, []).append(s.context.span_id)
-    out, stack = {root_id}, [root_id]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in out:
-                out.add(child)
-                stack.append(child)
-    return out

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import io
 import logging
+import os
 import sys
 import threading
 
@@ -18,24 +19,38 @@ from opentelemetry.trace import set_span_in_context
 from otel_rollout import BreakdownCollector, BreakdownProcessor, RolloutTracer
 from otel_rollout import _attributes as A
 from otel_rollout._console import ConsoleTreeExporter, format_duration
+from otel_rollout._errors import forget_warnings
 
 
-class TtyStream(io.StringIO):
+class Out(io.StringIO):
+    """The exporter's stream; ``getvalue()`` first waits until the exporter's thread has
+    written everything queued (export only queues)."""
+
+    exporters: list[ConsoleTreeExporter]
+
+    def getvalue(self) -> str:
+        for exporter in getattr(self, "exporters", ()):
+            assert exporter.force_flush(30_000)
+        return super().getvalue()
+
+
+class TtyStream(Out):
     def isatty(self) -> bool:
         return True
 
 
-class BrokenStream(io.StringIO):
+class BrokenStream(Out):
     def write(self, text: str) -> int:
         raise OSError("stream is gone")
 
 
 def make(stream=None, **options):
-    stream = io.StringIO() if stream is None else stream
+    stream = Out() if stream is None else stream
     collector = BreakdownCollector()
     provider = TracerProvider()
     provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
     exporter = ConsoleTreeExporter(stream=stream, **options)
+    stream.exporters = [exporter]
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return RolloutTracer(provider), provider, exporter, stream, collector
 
@@ -208,7 +223,8 @@ async def test_the_default_stream_is_sys_stdout_at_print_time(monkeypatch):
     tracer, provider, _, _, _ = make()
     exporter = ConsoleTreeExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    later = io.StringIO()
+    later = Out()
+    later.exporters = [exporter]
     monkeypatch.setattr(sys, "stdout", later)
     await run_trajectory(tracer, turns=1)
     assert later.getvalue().startswith("trajectory  gsm8k  i1_0")
@@ -225,7 +241,8 @@ async def test_a_broken_stream_never_raises_and_export_reports_failure(caplog, m
         sdk = provider.get_tracer("raw")
         span = sdk.start_span("trajectory", attributes={A.TRAJECTORY_ID: "direct"})
         span.end()
-        assert exporter.export([span]) is SpanExportResult.FAILURE
+        assert exporter.export([span]) is SpanExportResult.SUCCESS  # queued
+        assert exporter.force_flush()
     assert len(collector.drain()) == 3  # the trainer's own accounting kept going
     messages = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
     assert len(messages) == 1  # logged once per process, however many failures
@@ -346,3 +363,58 @@ async def test_trajectories_under_one_batch_span_print_on_their_own_then_the_bat
     assert {first[0].split()[2], second[0].split()[2]} == {"b0_0", "b1_0"}
     assert len(first) + len(second) == (1 + 3 + 1) + (1 + 5 + 1)
     assert batch == [batch[0]] and batch[0].startswith("batch ")
+
+
+def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog):
+    forget_warnings("console:")
+    read_fd, write_fd = os.pipe()
+    pipe = os.fdopen(write_fd, "w", buffering=1)
+    reader = None
+    try:
+        tracer, provider, exporter, _, collector = make(pipe, max_queued_spans=500,
+                                                        shutdown_timeout_s=0.5)  # fmt: skip
+        done = threading.Event()
+
+        def agent_loop() -> None:  # far more output than a pipe holds (64 KiB)
+            for i in range(400):
+                with tracer.trajectory(f"p{i}", env="gsm8k") as traj:
+                    for _ in range(4):
+                        with traj.generate() as gen:
+                            gen.record(input_tokens=10, output_tokens=20, finish_reason="stop")
+                        with traj.env_step():
+                            pass
+            done.set()
+
+        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+            agent = threading.Thread(target=agent_loop, daemon=True)
+            agent.start()
+            agent.join(120)  # a guard against hanging forever, not a timing assertion
+            assert done.is_set(), "the agent loop is stuck writing to the pipe"
+        assert len(collector.drain()) == 400  # the accounting saw every trajectory
+        assert exporter.dropped_spans > 0
+        assert exporter.force_flush(10) is False  # the stream still takes nothing
+        messages = [r.getMessage() for r in caplog.records if "not keeping up" in r.getMessage()]
+        assert len(messages) == 1
+        provider.shutdown()  # returns although the exporter's thread is stuck in write()
+        # Someone starts reading: what was queued is written, then nothing is left.
+        received = bytearray()
+
+        def drain() -> None:
+            while chunk := os.read(read_fd, 1 << 16):
+                received.extend(chunk)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        exporter.shutdown_timeout_s = 60
+        exporter.shutdown()  # waits again, and now the thread finishes
+        assert exporter.force_flush(0)
+    finally:
+        pipe.close()
+        if reader is not None:
+            reader.join(60)
+        os.close(read_fd)
+    trees = blocks(received.decode())
+    # whole trees; a trajectory whose root was dropped prints its other spans as a
+    # partial tree at shutdown
+    assert sum(t[0].startswith("trajectory") for t in trees) > 0
+    assert all(t[0].startswith(("trajectory", "partial (root not ended")) for t in trees)
