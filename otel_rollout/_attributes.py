@@ -10,6 +10,7 @@ SPAN_ENV_SETUP: Final = "env_setup"
 SPAN_GENERATE: Final = "generate"
 SPAN_ENV_STEP: Final = "env_step"
 SPAN_ENV_TEARDOWN: Final = "env_teardown"
+SPAN_ENV_QUEUE: Final = "env_queue"
 #: One training step's batch of trajectories; each trajectory root links to it.
 SPAN_BATCH: Final = "batch"
 
@@ -26,6 +27,14 @@ BAND_OTHER: Final = "other"
 BANDS: Final = (PHASE_LLM, PHASE_ENV, PHASE_ENV_SETUP, PHASE_ENV_TEARDOWN)
 #: Every band of a breakdown, ``other`` last; these values sum to the trajectory's e2e.
 ALL_BANDS: Final = (*BANDS, BAND_OTHER)
+
+#: The wait between submitting env work to an executor and a thread starting it. A phase
+#: of its own and a sub-part of the breakdown; its time counts in the band of the env call
+#: it waits for (the phase that starts where it ends: ``env`` for a step), else in ``env``.
+PHASE_ENV_QUEUE: Final = "env_queue"
+#: Releasing the engine's session after the trajectory's result is final (SkyRL's
+#: ``finish_session``): outside the trajectory's accounted time, as SkyRL's ``e2e_time``.
+PHASE_FINISH_SESSION: Final = "finish_session"
 
 # --- trajectory (root span) attributes -----------------------------------------------
 #: Present on every trajectory root span; it is what marks a span as a trajectory root.
@@ -66,6 +75,8 @@ STATUS_DETAIL: Final = "rollout.trajectory.status_detail"
 #: bands summing to e2e) and ``rollout.breakdown.<band>_sum`` (plain sums of phase spans).
 BREAKDOWN_PREFIX: Final = "rollout.breakdown."
 BREAKDOWN_E2E: Final = "rollout.breakdown.e2e"
+BREAKDOWN_ENV_QUEUE: Final = "rollout.breakdown.env_queue"
+BREAKDOWN_FINISH_SESSION: Final = "rollout.breakdown.finish_session"
 
 #: The batch analysis written onto the batch span: ``rollout.batch.<figure>``.
 BATCH_PREFIX: Final = "rollout.batch."

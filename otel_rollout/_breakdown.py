@@ -13,6 +13,13 @@ Rules (DESIGN.md, "Accounting"):
   ``env_teardown``), so bands are disjoint.
 * ``other = e2e - sum(bands)``: never negative, and the five bands sum to ``e2e`` exactly
   in integer nanoseconds.
+* ``finish_session`` phases (releasing the engine's session once the result is final) are
+  outside the accounted time: ``e2e`` is the root's interval less their union, as SkyRL's
+  ``e2e_time`` leaves that call out; ``bands`` can map them to a band instead.
+* ``env_queue`` phases (waiting for an executor thread) count in the band of the env call
+  they wait for, the phase that starts where the wait ends (``env`` for a step,
+  ``env_setup`` for an init), else in ``env``; ``bands`` can move them. Their own union and
+  sum are the ``env_queue`` sub-part, which never changes the bands.
 """
 
 from __future__ import annotations
@@ -30,6 +37,17 @@ _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 _BAND_INDEX = {band: i for i, band in enumerate(A.BANDS)}
 #: Phase intervals a breakdown keeps for the batch analysis; beyond this, the latest.
 MAX_INTERVALS = 4096
+#: Not a band: the time of these phases is left out of the trajectory's accounted time.
+_OUTSIDE = "_outside"
+_ENV_CALLS = frozenset((A.PHASE_ENV, A.PHASE_ENV_SETUP, A.PHASE_ENV_TEARDOWN))
+
+
+def _band_of(phase: str, bands: Mapping[str, str] | None) -> str:
+    if bands:
+        band = bands.get(phase)
+        if band is not None:
+            return band
+    return _OUTSIDE if phase == A.PHASE_FINISH_SESSION else phase
 
 
 class PhaseInterval(NamedTuple):
@@ -94,7 +112,8 @@ class Breakdown:
     model: str | None = None
     start_time_ns: int = 0
     end_time_ns: int = 0
-    #: The bands in integer nanoseconds, keys of :data:`ALL_BANDS` plus ``"e2e"``.
+    #: The bands in integer nanoseconds, keys of :data:`ALL_BANDS` plus ``"e2e"``,
+    #: ``"env_queue"`` and ``"finish_session"``.
     nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
     #: Low-cardinality attributes of the root (env class, model, status, ...).
     attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
@@ -109,6 +128,12 @@ class Breakdown:
     #: accounted to each band, clipped to the root, before the overlap priority; at most
     #: :data:`MAX_INTERVALS` (the latest ending). The batch analysis reads them.
     intervals: array = field(default_factory=lambda: array("q"), hash=False, repr=False)
+    # Fields added later go last: a breakdown pickled by an older version still loads.
+    #: Waiting for an executor thread before env calls (union; a sub-part of the bands).
+    env_queue: float = 0.0
+    env_queue_sum: float = 0.0
+    #: Time in ``finish_session`` phases, outside ``e2e`` (the root's interval is both).
+    finish_session: float = 0.0
 
     def __reduce__(self) -> tuple[Any, tuple]:
         # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
@@ -155,6 +180,9 @@ class Breakdown:
             out[A.BREAKDOWN_PREFIX + band] = getattr(self, band)
         for band in A.BANDS:
             out[A.BREAKDOWN_PREFIX + band + "_sum"] = getattr(self, band + "_sum")
+        out[A.BREAKDOWN_ENV_QUEUE] = self.env_queue
+        out[A.BREAKDOWN_ENV_QUEUE + "_sum"] = self.env_queue_sum
+        out[A.BREAKDOWN_FINISH_SESSION] = self.finish_session
         out[A.TURNS] = self.turns
         out[A.ENV_STEPS] = self.env_steps
         return out
@@ -164,7 +192,7 @@ _ALL_BANDS_SET = frozenset(A.ALL_BANDS)
 
 
 def _rebuild(values: list[Any]) -> Breakdown:
-    fields = dict(zip(Breakdown.__slots__, values, strict=True))
+    fields = dict(zip(Breakdown.__slots__, values, strict=False))  # older: fewer fields
     fields["nanos"] = MappingProxyType(dict(fields["nanos"]))
     fields["attributes"] = MappingProxyType(dict(fields["attributes"]))
     return Breakdown(**fields)
@@ -227,36 +255,57 @@ def compute_breakdown(
     ``phases`` are the outermost phase spans (see :func:`outermost_phases`). A phase that
     is not a band name falls into ``other`` unless ``bands`` maps it to one (for example
     ``{"reward": "env"}``). ``turns`` counts ``llm`` phases, ``env_steps`` ``env`` phases.
+    ``env_queue`` and ``finish_session`` phases are accounted as the module docstring says.
     """
     if end_ns < start_ns:
         end_ns = start_ns
-    e2e = end_ns - start_ns
+    root = end_ns - start_ns
+    phases = list(phases)
+    # The env call each wait precedes: the phase starting where the wait ends.
+    follows: dict[int, str] = {}
+    for phase, s, _ in phases:
+        if phase != A.PHASE_ENV_QUEUE and (s not in follows or phase in _ENV_CALLS):
+            follows[s] = phase
     clipped: list[list[tuple[int, int]]] = [[], [], [], []]
     sums = [0, 0, 0, 0]
     kept = array("q")
+    outside: list[tuple[int, int]] = []
+    queued: list[tuple[int, int]] = []
+    queue_sum = 0
     turns = env_steps = 0
     for phase, s, e in phases:
         if phase == A.PHASE_LLM:
             turns += 1
         elif phase == A.PHASE_ENV:
             env_steps += 1
-        band = bands.get(phase, phase) if bands else phase
+        if e < s:
+            e = s
+        cs, ce = max(s, start_ns), min(e, end_ns)
+        if phase == A.PHASE_ENV_QUEUE:
+            queue_sum += e - s
+            if ce > cs:
+                queued.append((cs, ce))
+            band = bands.get(phase) if bands else None
+            if band is None:
+                band = _band_of(follows.get(e, A.PHASE_ENV), bands)
+        else:
+            band = _band_of(phase, bands)
+        if band == _OUTSIDE:
+            if ce > cs:
+                outside.append((cs, ce))
+            continue
         idx = _BAND_INDEX.get(band)
         if idx is None:
             continue
-        if e < s:
-            e = s
         sums[idx] += e - s
-        s = max(s, start_ns)
-        e = min(e, end_ns)
-        if e > s:
-            clipped[idx].append((s, e))
-            kept.extend((idx, s, e))
+        if ce > cs:
+            clipped[idx].append((cs, ce))
+            kept.extend((idx, cs, ce))
     if len(kept) > 3 * MAX_INTERVALS:
         kept = _latest(kept)
     nanos: dict[str, int] = {}
-    covered: list[tuple[int, int]] = []
-    covered_len = 0
+    covered: list[tuple[int, int]] = list(outside)
+    outside_len = covered_len = _union_length(covered)
     for idx, band in enumerate(A.BANDS):
         if clipped[idx]:
             covered.extend(clipped[idx])
@@ -265,8 +314,10 @@ def compute_breakdown(
             covered_len = new_len
         else:
             nanos[band] = 0
-    nanos[A.BAND_OTHER] = e2e - covered_len
-    nanos["e2e"] = e2e
+    nanos[A.BAND_OTHER] = root - covered_len
+    e2e = nanos["e2e"] = root - outside_len
+    nanos[A.PHASE_ENV_QUEUE] = _union_length(queued)
+    nanos[A.PHASE_FINISH_SESSION] = outside_len
     return Breakdown(
         trajectory_id=trajectory_id,
         trace_id=trace_id,
@@ -292,6 +343,9 @@ def compute_breakdown(
         batch_id=None if batch_id is None else str(batch_id),
         policy_version=_int_or_none(policy_version),
         intervals=kept,
+        env_queue=nanos[A.PHASE_ENV_QUEUE] * _NS,
+        env_queue_sum=queue_sum * _NS,
+        finish_session=outside_len * _NS,
     )
 
 

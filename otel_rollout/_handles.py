@@ -184,9 +184,10 @@ class Phase:
         except Exception as err:
             internal_error("record_error", err)
 
-    def end(self) -> None:
-        """End a phase opened with ``scope.start()`` (a ``with`` block ends its own)."""
-        self.span.end(end_time=self._clock())
+    def end(self, end_time: int | None = None) -> None:
+        """End a phase opened with ``scope.start()`` (a ``with`` block ends its own);
+        ``end_time`` in nanoseconds since the epoch (the tracer's clock), now if not given."""
+        self.span.end(end_time=self._clock() if end_time is None else end_time)
 
 
 class Generation(Phase):
@@ -287,7 +288,7 @@ class _PhaseScope:
         self._count = count
         self._open: list[tuple[Phase, object]] = []
 
-    def _start(self, context: otel_context.Context | None) -> Span:
+    def _start(self, context: otel_context.Context | None, start_time: int | None = None) -> Span:
         traj = self._traj
         if self._count == _COUNT_TURN:
             self._attrs[A.TURN] = traj._turns
@@ -297,7 +298,7 @@ class _PhaseScope:
             traj._env_steps += 1
         span = traj._tracer.start_span(
             self._name, context=context, kind=self._kind, attributes=self._attrs,
-            start_time=traj._clock(),
+            start_time=traj._clock() if start_time is None else start_time,
         )  # fmt: skip
         if traj._restore is not None:  # the sampler dropped the attributes
             traj._restore(span, self._attrs)
@@ -353,16 +354,19 @@ class _PhaseScope:
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.__exit__(exc_type, exc, tb)
 
-    def start(self, context: otel_context.Context | None = None) -> Any:
+    def start(
+        self, context: otel_context.Context | None = None, start_time: int | None = None
+    ) -> Any:
         """Start the phase without making it current; end it with the handle's ``end()``.
 
         For calls that outlive a ``with`` block or end in another thread (a stream, an
         env made here and initialised in an executor). The parent is ``context`` if
-        given, else the trajectory's root.
+        given, else the trajectory's root; ``start_time`` (nanoseconds since the epoch)
+        is now if not given.
         """
         traj = self._traj
-        span = self._start(context if context is not None else traj._ctx)
-        return self._handle(span, traj._clock)
+        ctx = context if context is not None else traj._ctx
+        return self._handle(self._start(ctx, start_time), traj._clock)
 
 
 class Trajectory:
@@ -491,6 +495,10 @@ class Trajectory:
     def env_teardown(self, **attributes: Any) -> _PhaseScope:
         """Environment ``close()``."""
         return self._scope(A.SPAN_ENV_TEARDOWN, A.PHASE_ENV_TEARDOWN, attributes, Phase)
+
+    def env_queue(self, **attributes: Any) -> _PhaseScope:
+        """Waiting for an executor thread before an env call (counts in that call's band)."""
+        return self._scope(A.SPAN_ENV_QUEUE, A.PHASE_ENV_QUEUE, attributes, Phase)
 
     def phase(self, name: str, **attributes: Any) -> _PhaseScope:
         """A phase of your own (``reward``...): ``other`` unless the processor maps it."""

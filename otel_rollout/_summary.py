@@ -21,6 +21,9 @@ _KEY_NAMES = (
     ("env_setup", A.PHASE_ENV_SETUP),
     ("env_teardown", A.PHASE_ENV_TEARDOWN),
     ("other", A.BAND_OTHER),
+    # sub-parts and time outside completion (SkyRL's e2e_time leaves finish_session out)
+    ("env_queue", A.PHASE_ENV_QUEUE),
+    ("finish_session", A.PHASE_FINISH_SESSION),
 )
 #: The ``<name>`` part of SkyRL's keys, in table order (``completion`` is e2e).
 SKYRL_KEY_NAMES = tuple(key for key, _ in _KEY_NAMES)
@@ -30,7 +33,9 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
     """The per-batch dict trainers log (W&B), with SkyRL's key names.
 
     ``{prefix}trajectory_time_{completion,llm,env,env_setup,env_teardown,other}_{mean,p90,max}``
-    (p90 is ``numpy.percentile(x, 90)``) and ``{prefix}frac_time_in_env``, the time-weighted
+    (p90 is ``numpy.percentile(x, 90)``), the same statistics of the ``env_queue`` sub-part
+    (the wait for an env executor thread, inside the bands) and of ``finish_session`` (outside
+    ``completion``), and ``{prefix}frac_time_in_env``, the time-weighted
     ``sum(env) / (sum(llm) + sum(env))``. Statistics are computed from the trajectories
     themselves, so the summary of two batches together is ``summarize(a + b)``, never a
     merge of two summaries. No breakdowns give an empty dict.

@@ -36,6 +36,8 @@ def test_sequential_loop_assigns_each_phase_its_own_time():
         "env_teardown": 5 * MS,
         "other": 5 * MS,
         "e2e": 100 * MS,
+        "env_queue": 0,
+        "finish_session": 0,
     }
     assert (b.turns, b.env_steps) == (2, 2)
     assert b.llm == pytest.approx(0.06)
@@ -193,3 +195,56 @@ def test_cancelled_trajectory_is_marked_cancelled_and_accounted(rollout_env):
     root = rollout_env.roots()[0]
     assert root.attributes["rollout.trajectory.status"] == "cancelled"
     assert root.attributes["error.type"].endswith("CancelledError")
+
+
+def test_env_queue_counts_in_the_band_of_the_env_call_it_waits_for():
+    b = bd(
+        [
+            ("env_setup", 0, 2 * MS),  # make()
+            ("env_queue", 2 * MS, 9 * MS),  # waiting for a thread to run init()
+            ("env_setup", 9 * MS, 12 * MS),  # init()
+            ("llm", 12 * MS, 40 * MS),
+            ("env_queue", 40 * MS, 47 * MS),
+            ("env", 47 * MS, 60 * MS),
+            ("env_queue", 60 * MS, 61 * MS),
+            ("env_teardown", 61 * MS, 65 * MS),
+            ("env_queue", 70 * MS, 75 * MS),  # no env call follows: env
+        ]
+    )
+    assert b.nanos["env_setup"] == 12 * MS
+    assert b.nanos["env"] == 13 * MS + 7 * MS + 5 * MS
+    assert b.nanos["env_teardown"] == 5 * MS
+    assert b.nanos["env_queue"] == 20 * MS and b.env_queue_sum == pytest.approx(0.020)
+    assert b.env_sum == pytest.approx(0.025) and b.env_steps == 1
+    assert sum(b.nanos[x] for x in ALL_BANDS) == b.nanos["e2e"] == 100 * MS
+
+
+def test_env_queue_moves_with_bands_and_stays_a_sub_part():
+    phases = [("env_queue", 10 * MS, 30 * MS), ("env", 30 * MS, 40 * MS)]
+    moved = bd(phases, bands={"env_queue": "other"})
+    assert moved.nanos["env"] == 10 * MS and moved.nanos["other"] == 90 * MS
+    assert moved.nanos["env_queue"] == 20 * MS
+    assert bd(phases).nanos["env"] == 30 * MS
+
+
+def test_overlapping_env_queue_waits_count_their_union_in_the_sub_part():
+    b = bd([("env_queue", 0, 20 * MS), ("env_queue", 10 * MS, 30 * MS), ("env", 30 * MS, 31 * MS)])
+    assert b.nanos["env_queue"] == 30 * MS and b.env_queue_sum == pytest.approx(0.040)
+
+
+def test_finish_session_is_outside_the_accounted_time():
+    b = bd([("llm", 0, 60 * MS), ("env", 60 * MS, 80 * MS), ("finish_session", 92 * MS, 100 * MS)])
+    assert b.nanos["e2e"] == 92 * MS and b.nanos["finish_session"] == 8 * MS
+    assert b.nanos["other"] == 12 * MS
+    assert sum(b.nanos[x] for x in ALL_BANDS) == b.nanos["e2e"]
+    assert b.finish_session == pytest.approx(0.008) and b.e2e == pytest.approx(0.092)
+    assert (b.start_time_ns, b.end_time_ns) == (0, 100 * MS)  # the root's own interval
+    counted = bd([("finish_session", 92 * MS, 100 * MS)], bands={"finish_session": "other"})
+    assert counted.nanos["e2e"] == counted.nanos["other"] == 100 * MS
+    assert counted.nanos["finish_session"] == 0
+
+
+def test_finish_session_overlapping_a_band_is_taken_out_of_that_band():
+    b = bd([("env_teardown", 80 * MS, 95 * MS), ("finish_session", 90 * MS, 100 * MS)])
+    assert b.nanos["env_teardown"] == 10 * MS and b.nanos["e2e"] == 90 * MS
+    assert b.nanos["other"] == 80 * MS

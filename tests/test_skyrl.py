@@ -131,20 +131,12 @@ class SkyRLGymGenerator:
         self.policy_model_name = "qwen3-test"
         self.max_turns = 3
         self.env_executor = ThreadPoolExecutor(max_env_workers) if max_env_workers else None
-        self.env_threads: set[str] = set()
 
     async def _run_in_executor_if_available(self, func, *args, **kwargs):
         if (executor := self.env_executor) is not None:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(executor, func, *args, **kwargs)
         return func(*args, **kwargs)
-
-    def _note_thread(self, fn):
-        def run(*a):
-            self.env_threads.add(threading.current_thread().name)
-            return fn(*a)
-
-        return run
 
     async def agent_loop(
         self,
@@ -168,9 +160,7 @@ class SkyRLGymGenerator:
             skyrl_gym_mod = sys.modules[MOD].skyrl_gym  # the module global, as SkyRL's code
             env = skyrl_gym_mod.make(env_class, env_config={}, extras=env_extras)
             chat_history = copy.deepcopy(prompt)
-            chat_history, _ = await self._run_in_executor_if_available(
-                self._note_thread(env.init), chat_history
-            )
+            chat_history, _ = await self._run_in_executor_if_available(env.init, chat_history)
             done, reward = False, 0.0
             while not done:
                 engine_input = {"prompt_token_ids": [[1] * 5], "session_ids": [session_id]}
@@ -178,10 +168,10 @@ class SkyRLGymGenerator:
                     engine_input, model=self.policy_model_name
                 )
                 output = engine_output["responses"][0]
-                step = await self._run_in_executor_if_available(self._note_thread(env.step), output)
+                step = await self._run_in_executor_if_available(env.step, output)
                 reward, done = step["reward"], step["done"]
             env.get_metrics()
-            await self._run_in_executor_if_available(self._note_thread(env.close))
+            await self._run_in_executor_if_available(env.close)
             out = AgentLoopOutput()
             out.reward = reward
             out.e2e_time = time.monotonic() - agent_loop_start_time
@@ -248,7 +238,7 @@ def test_one_trajectory_tree_parented_across_executor_threads(instrumented, serv
     gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=1))
     result = asyncio.run(loop_once(gen, "q1", 3))
     assert result.reward == 1.0
-    assert gen.env_threads and all(t != "MainThread" for t in gen.env_threads)
+    assert gen.env_executor._threads  # the env calls ran in the pool
     (root,) = env.roots()
     a = root.attributes
     assert a["rollout.trajectory.instance_id"] == "q1"
@@ -259,13 +249,19 @@ def test_one_trajectory_tree_parented_across_executor_threads(instrumented, serv
     kids = env.children(root)
     assert len(kids) == len(env.spans()) - 1  # every phase is a direct child of the root
     names = by_name(kids)
-    # two turns: the first answer is wrong, the second right
-    assert sorted(names) == ["env_setup", "env_step", "env_teardown", "finish_session", "generate"]
-    assert len(names["env_setup"]) == 1 and len(names["env_teardown"]) == 1
-    assert len(names["generate"]) == 2 and len(names["env_step"]) == 2
-    (setup,) = names["env_setup"]
+    # two turns: the first answer is wrong, the second right; make() then init() in the
+    # pool: an env_setup span each, with the wait for a thread between them
+    assert {k: len(v) for k, v in names.items()} == {
+        "env_setup": 2, "env_queue": 4, "generate": 2, "env_step": 2, "env_teardown": 1,
+        "finish_session": 1,
+    }  # fmt: skip
+    make, init = sorted(names["env_setup"], key=lambda s: s.start_time)
+    queues = sorted(names["env_queue"], key=lambda s: s.start_time)
     first_generate = min(s.start_time for s in names["generate"])
-    assert setup.end_time <= first_generate  # make + init, then the first turn
+    assert make.end_time == queues[0].start_time and queues[0].end_time == init.start_time
+    assert init.end_time <= first_generate  # make + init, then the first turn
+    calls = sorted(names["env_step"] + names["env_teardown"], key=lambda s: s.start_time)
+    assert [q.end_time for q in queues[1:]] == [c.start_time for c in calls]
     g = names["generate"][0].attributes
     assert g["rollout.phase"] == "llm" and g["gen_ai.usage.input_tokens"] == 5
     assert g["gen_ai.usage.output_tokens"] == 3
@@ -308,11 +304,12 @@ def test_concurrent_trajectories_stay_separate_on_a_shared_pool(instrumented, se
     for root in roots:
         kids = env.children(root)
         assert sorted(s.name for s in kids) == sorted(
-            ["env_setup", "generate", "generate", "env_step", "env_step", "env_teardown",
-             "finish_session"]
+            ["env_setup", "env_setup", "generate", "generate", "env_step", "env_step",
+             "env_teardown", "finish_session", "env_queue", "env_queue", "env_queue",
+             "env_queue"]
         )  # fmt: skip
         assert all(s.context.trace_id == root.context.trace_id for s in kids)
-    assert len(env.spans()) == 8 * 8
+    assert len(env.spans()) == 8 * 13
 
 
 def test_inline_envs_without_an_executor(instrumented, server):
@@ -555,11 +552,13 @@ def test_real_skyrl_generator_agent_loop(monkeypatch):
         assert len(kids) == len(in_trace) - 1  # every other span of the trace: a direct child
         names = by_name(kids)
         assert {k: len(v) for k, v in names.items()} == {
-            "env_setup": 1, "generate": n, "env_step": n, "env_teardown": 1, "finish_session": 1,
+            "env_setup": 2, "env_queue": n + 2, "generate": n, "env_step": n, "env_teardown": 1,
+            "finish_session": 1,
         }  # fmt: skip
         spans_per_root += len(kids) + 1
-        (setup,) = names["env_setup"]
-        assert setup.end_time <= min(s.start_time for s in names["generate"])
+        assert max(s.end_time for s in names["env_setup"]) <= min(
+            s.start_time for s in names["generate"]
+        )
         prompt_lens = [
             p
             for s, p, _ in engine.calls

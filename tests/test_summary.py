@@ -11,7 +11,8 @@ from otel_rollout import BreakdownCollector, compute_breakdown, group_by, summar
 
 MS = 1_000_000
 BANDS = {"completion": "e2e", "llm": "llm", "env": "env", "env_setup": "env_setup",
-         "env_teardown": "env_teardown", "other": "other"}  # fmt: skip
+         "env_teardown": "env_teardown", "other": "other", "env_queue": "env_queue",
+         "finish_session": "finish_session"}  # fmt: skip
 
 
 def random_breakdowns(n, seed):
@@ -44,7 +45,7 @@ def test_summary_equals_a_numpy_reference():
     env = np.sum([b.env for b in bds])
     llm = np.sum([b.llm for b in bds])
     assert got["generate/frac_time_in_env"] == pytest.approx(env / (llm + env), rel=1e-12)
-    assert len(got) == 6 * 3 + 1
+    assert len(got) == 8 * 3 + 1
 
 
 def test_summary_of_merged_batches_is_the_summary_of_their_union():

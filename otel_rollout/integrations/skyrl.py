@@ -35,6 +35,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from otel_rollout import _attributes as A
+from otel_rollout._context import QueuedCall
 from otel_rollout._errors import internal_error
 from otel_rollout._tracer import Phase, RolloutTracer, Trajectory
 from otel_rollout.integrations import require
@@ -48,8 +50,9 @@ GENERATOR_CLASS = "SkyRLGymGenerator"
 #: Where ``skyrl`` >= 0.4 sends generate requests from: ``RemoteGenerateClient._post``.
 REMOTE_CLIENT_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
 GENERATE_CLIENT_CLASS = "RemoteGenerateClient"
-#: The phase of ``inference_engine_client.finish_session`` (band ``other`` unless mapped).
-FINISH_SESSION_PHASE = "finish_session"
+#: The phase of ``inference_engine_client.finish_session``: outside the accounted time
+#: (SkyRL's ``e2e_time`` leaves it out) unless ``bands`` maps it to a band.
+FINISH_SESSION_PHASE = A.PHASE_FINISH_SESSION
 
 _STATE: contextvars.ContextVar[_State | None] = contextvars.ContextVar(
     "otel_rollout_skyrl_state", default=None
@@ -59,6 +62,8 @@ _IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_rollout_skyrl_in_generate", default=False
 )
 _SETUP = "_otel_rollout_setup"  # the env_setup phase, on an env between make() and init()
+_ENV_CALL = "_otel_rollout_env_call"  # on a wrapped env method: (kind, state, env)
+_INIT, _STEP, _CLOSE = "init", "step", "close"
 _W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set
 
 
@@ -153,8 +158,19 @@ def _call_in_phase(phase: Phase, fn: Any, *a: Any, **kw: Any) -> Any:
         phase.end()
 
 
+def _take_setup(env: Any, state: _State) -> Phase | None:
+    """The env_setup phase opened by ``make()`` for this env, if init has not run yet."""
+    setup = env.__dict__.pop(_SETUP, None) if hasattr(env, "__dict__") else None
+    if setup is not None:
+        with contextlib.suppress(ValueError):
+            state.pending_setup.remove(setup)
+    return setup
+
+
 def _wrap_env(env: Any, state: _State) -> Any:
-    """Wrap init/step/close on the instance; spans parent to the root off-context too."""
+    """Wrap init/step/close on the instance, for calls that do not go through
+    ``_run_in_executor_if_available`` (timed there, on the loop); spans parent to the
+    root off-context too."""
     if getattr(env, _MARK, False):
         return env
     traj = state.traj
@@ -162,12 +178,10 @@ def _wrap_env(env: Any, state: _State) -> Any:
     def init(original: Any) -> Any:
         @functools.wraps(original)
         def wrapper(*a: Any, **kw: Any) -> Any:
-            setup = env.__dict__.pop(_SETUP, None)
+            setup = _take_setup(env, state)
             if setup is None:  # a second init, or an env made outside make()
                 with traj.env_setup():
                     return original(*a, **kw)
-            with contextlib.suppress(ValueError):
-                state.pending_setup.remove(setup)
             return _call_in_phase(setup, original, *a, **kw)
 
         return wrapper
@@ -183,18 +197,62 @@ def _wrap_env(env: Any, state: _State) -> Any:
 
         return make
 
-    for attr, make in (
-        ("init", init),
-        ("step", scoped(traj.env_step)),
-        ("close", scoped(traj.env_teardown)),
+    def timed_async(opener: Any, original: Any) -> Any:
+        @functools.wraps(original)
+        async def wrapper(*a: Any, **kw: Any) -> Any:
+            with opener():
+                return await original(*a, **kw)
+
+        return wrapper
+
+    for attr, kind, make, opener in (
+        ("init", _INIT, init, traj.env_setup),
+        ("step", _STEP, scoped(traj.env_step), traj.env_step),
+        ("close", _CLOSE, scoped(traj.env_teardown), traj.env_teardown),
     ):
         original = getattr(env, attr, None)
-        if original is not None:
-            with contextlib.suppress(Exception):  # a class with __slots__ stays unwrapped
-                setattr(env, attr, make(original))
+        if original is None:
+            continue
+        if inspect.iscoroutinefunction(original):  # an async env: timed on the loop
+            wrapped = timed_async(opener, original)
+        else:
+            wrapped = make(original)
+            # what _run_in_executor_if_available needs to time this call on the loop
+            wrapped.__dict__[_ENV_CALL] = (kind, state, env)
+        with contextlib.suppress(Exception):  # a class with __slots__ stays unwrapped
+            setattr(env, attr, wrapped)
     with contextlib.suppress(Exception):
         setattr(env, _MARK, True)
     return env
+
+
+async def _traced_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``_run_in_executor_if_available(env.init|step|close, ...)``, timed on the event loop
+    as SkyRL times it: the wait for a thread is an ``env_queue`` phase, the call itself
+    a phase from when a thread starts it until its result is back on the loop."""
+    state = _STATE.get()
+    func = args[0] if args else None
+    call = getattr(func, _ENV_CALL, None) if state is not None else None
+    if call is None or call[1] is not state:
+        return await wrapped(*args, **kwargs)
+    kind, _, env = call
+    traj = state.traj
+    before = None
+    if kind == _INIT:
+        before = _take_setup(env, state)
+        opener = traj.env_setup
+    else:
+        opener = traj.env_step if kind == _STEP else traj.env_teardown
+    queued = QueuedCall(traj, opener, before=before)
+    # the call runs in a copy of this context: the trajectory is current in the thread too
+    bound = functools.partial(contextvars.copy_context().run, queued.run, func.__wrapped__)
+    try:
+        result = await wrapped(bound, *args[1:], **kwargs)
+    except BaseException as exc:
+        queued.finish(exc)
+        raise
+    queued.finish()
+    return result
 
 
 class _GymProxy:
@@ -370,6 +428,7 @@ class SkyRLInstrumentor(BaseInstrumentor):
                     state.end_pending()
 
         patches.wrap(cls, "agent_loop", agent_loop)
+        patches.wrap(cls, "_run_in_executor_if_available", _traced_run)
         try:
             remote = importlib.import_module(REMOTE_CLIENT_MODULE)
         except Exception:  # no remote client here (or its deps, aiohttp/orjson, missing)
