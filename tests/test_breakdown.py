@@ -248,3 +248,15 @@ def test_finish_session_overlapping_a_band_is_taken_out_of_that_band():
     b = bd([("env_teardown", 80 * MS, 95 * MS), ("finish_session", 90 * MS, 100 * MS)])
     assert b.nanos["env_teardown"] == 10 * MS and b.nanos["e2e"] == 90 * MS
     assert b.nanos["other"] == 80 * MS
+
+
+def test_a_breakdown_pickled_without_the_later_fields_still_loads():
+    import pickle
+
+    from otel_rollout._breakdown import _rebuild
+
+    b = bd([("env_queue", 0, 5 * MS), ("env", 5 * MS, 9 * MS)])
+    assert pickle.loads(pickle.dumps(b)) == b
+    _, (values,) = b.__reduce__()
+    old = _rebuild(values[:-3])  # as a worker of an earlier version sends it
+    assert old.nanos == b.nanos and old.env_queue == 0.0 and old.finish_session == 0.0
