@@ -175,6 +175,7 @@ def test_hand_written_trajectory_in_exact_nanoseconds(tmp_path):
     (t,) = read_trace_file(f).trajectories
     assert dict(t.breakdown.nanos) == {
         "llm": 30, "env": 30, "env_setup": 0, "env_teardown": 0, "other": 40, "e2e": 100,
+        "env_queue": 0, "finish_session": 0,
     }  # fmt: skip
     assert t.breakdown.env_class == "gsm8k" and t.breakdown.turns == 1 and t.service == "svc"
 
