@@ -8,7 +8,6 @@ import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
-from time import time_ns
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -55,12 +54,11 @@ class QueuedCall:
         open_work: Callable[[], _PhaseScope] | None = None,
         *,
         before: Phase | None = None,
-        clock: Callable[[], int] = time_ns,
     ) -> None:
         self._traj = traj
         self._open_work = open_work
         self._before = before
-        self._clock = clock
+        self._clock = clock = traj._clock  # the tracer's clock, as every span's
         self._lock = threading.Lock()
         self._loop_thread = threading.get_ident()
         self._started = self._done = self._failed = False

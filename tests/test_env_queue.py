@@ -15,7 +15,7 @@ import pytest
 
 from otel_rollout import current_trajectory, phase, run_in_executor
 from otel_rollout._context import QueuedCall
-from otel_rollout.testing import make_test_env
+from otel_rollout.testing import ManualClock, make_test_env
 
 
 def one(spans):
@@ -173,33 +173,65 @@ def test_outside_a_trajectory_nothing_is_recorded():
     assert env.spans() == []
 
 
-def test_queued_call_with_an_injected_clock_is_exact():
-    env = make_test_env()
-    ticks = iter([1_000, 5_000, 9_000])
-    with env.tracer.trajectory("x") as traj:
-        call = QueuedCall(traj, traj.env_step, clock=lambda: next(ticks) + traj.span.start_time)
-        out: list[int] = []
-        worker = threading.Thread(target=call.run, args=(out.append, 7))
-        worker.start()
-        worker.join()
-        call.finish()
-    assert out == [7]
-    base = one(env.roots()).start_time
-    q, s = one(env.spans("env_queue")), one(env.spans("env_step"))
-    assert (q.start_time - base, q.end_time - base) == (1_000, 5_000)
-    assert (s.start_time - base, s.end_time - base) == (5_000, 9_000)
-    b = one(env.breakdowns)
-    assert (b.nanos["env"], b.nanos["env_queue"]) == (8_000, 4_000)
+def test_saturated_pool_on_a_manual_clock_is_exact_in_nanoseconds():
+    clock = ManualClock()
+    env = make_test_env(clock=clock)
+    start = clock.now_ns
+    b_submitted, a_done = threading.Event(), threading.Event()
+
+    def a():  # 20 ms of work, while b waits for the only thread
+        b_submitted.wait(5)
+        clock.advance(ms=20)
+
+    def b():  # 5 ms of work, once a's result is back on the loop
+        a_done.wait(5)
+        clock.advance(ms=5)
+
+    async def main():
+        with ThreadPoolExecutor(1) as pool:
+            async with env.tracer.trajectory("x"):
+                clock.advance(ms=1)
+                first = asyncio.ensure_future(run_in_executor(pool, a, phase="env"))
+                await asyncio.sleep(0)
+                second = asyncio.ensure_future(run_in_executor(pool, b, phase="env"))
+                await asyncio.sleep(0)
+                b_submitted.set()
+                await first
+                a_done.set()
+                await second
+                clock.advance(ms=1)
+
+    asyncio.run(main())
+    ms = 1_000_000
+    spans = sorted(
+        ((s.name, s.start_time - start, s.end_time - start) for s in env.spans() if s.parent),
+        key=lambda x: (x[1], x[0]),
+    )
+    assert spans == [
+        ("env_queue", 1 * ms, 1 * ms),  # a found the thread free
+        ("env_queue", 1 * ms, 21 * ms),  # b waited for a
+        ("env_step", 1 * ms, 21 * ms),
+        ("env_step", 21 * ms, 26 * ms),
+    ]
+    bd = one(env.breakdowns)
+    assert dict(bd.nanos) == {
+        "llm": 0, "env": 25 * ms, "env_setup": 0, "env_teardown": 0, "other": 2 * ms,
+        "e2e": 27 * ms, "env_queue": 20 * ms, "finish_session": 0,
+    }  # fmt: skip
+    assert bd.env_queue_sum == pytest.approx(0.020) and bd.env_sum == pytest.approx(0.045)
 
 
 def test_queued_call_run_on_the_loop_thread_has_no_wait():
-    env = make_test_env()
-    ticks = iter([1_000, 2_000, 6_000])
+    clock = ManualClock()
+    env = make_test_env(clock=clock)
+    start = clock.now_ns
     with env.tracer.trajectory("x") as traj:
-        call = QueuedCall(traj, traj.env_step, clock=lambda: next(ticks) + traj.span.start_time)
-        assert call.run(len, "abc") == 3  # inline: the thread that made the call
+        clock.advance(ms=1)
+        call = QueuedCall(traj, traj.env_step)
+        clock.advance(ms=1)
+        assert call.run(len, "abc") == 3  # inline: on the thread that made the call
+        clock.advance(ms=4)
         call.finish()
-    base = one(env.roots()).start_time
     s = one(env.spans("env_step"))
     assert env.spans("env_queue") == []
-    assert (s.start_time - base, s.end_time - base) == (1_000, 6_000)
+    assert (s.start_time - start, s.end_time - start) == (1_000_000, 6_000_000)
