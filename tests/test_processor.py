@@ -252,7 +252,8 @@ def test_roots_and_phases_are_recognised_when_the_sampler_drops_every_attribute(
     for b in bds:
         assert (b.env_class, b.model, b.status, b.turns, b.env_steps) == ("e", "m", "ok", 2, 2)
         assert dict(b.nanos) == {"llm": 6 * ms, "env": 12 * ms, "env_setup": ms,
-                                 "env_teardown": 0, "other": 4 * ms, "e2e": 23 * ms}  # fmt: skip
+                                 "env_teardown": 0, "other": 4 * ms, "e2e": 23 * ms,
+                                 "env_queue": 0, "finish_session": 0}  # fmt: skip
     (dur,) = env.histogram_points("rollout.trajectory.duration", **{"rollout.env.class": "e"})
     assert dur.count == 20 and dur.sum == pytest.approx(20 * 0.023)
     (env_band,) = env.histogram_points("rollout.trajectory.phase.duration",

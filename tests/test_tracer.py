@@ -89,6 +89,8 @@ def test_bands_are_exact_nanoseconds_including_an_executor_thread(manual_env):
         "env_teardown": 20 * ms,
         "other": 10 * ms,
         "e2e": 240 * ms,
+        "env_queue": 0,
+        "finish_session": 0,
     }
     assert (b.turns, b.env_steps) == (2, 2)
     (root,) = manual_env.roots()
