@@ -511,3 +511,20 @@ def test_the_core_imports_no_integration():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_handles_shut_down_or_dropped_are_not_kept_until_exit():
+    import gc
+    import weakref
+
+    refs = []
+    for _ in range(5):
+        r = configure(local=True, traces_exporter="none")
+        run(r, 1)
+        assert r.shutdown(timeout_s=2)
+        refs.append(weakref.ref(r))
+    for _ in range(5):  # never shut down, and dropped
+        refs.append(weakref.ref(configure(local=True, traces_exporter="none")))
+    del r
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 10

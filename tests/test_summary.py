@@ -80,6 +80,41 @@ def test_collector_is_bounded_and_counts_what_it_dropped():
         BreakdownCollector(maxlen=0)
 
 
+def test_a_full_collector_warns_once_and_its_default_cap_is_bounded(caplog):
+    from otel_rollout._summary import DEFAULT_MAXLEN
+
+    assert BreakdownCollector()._maxlen == DEFAULT_MAXLEN <= 100_000
+    sink = BreakdownCollector(maxlen=2)
+    with caplog.at_level("WARNING", logger="otel_rollout"):
+        sink.extend(random_breakdowns(6, 5))
+    warned = [r for r in caplog.records if "holds its maximum of 2" in r.getMessage()]
+    assert len(warned) == 1 and sink.dropped == 4
+
+
+def test_running_summary_is_exact_within_its_reservoir_and_bounded_beyond():
+    from otel_rollout._rollout import RunningSummary
+
+    items = random_breakdowns(300, 6)
+    small = RunningSummary(reservoir=1000)
+    for b in items:
+        small(b)
+    ref = summarize(items)
+    figures = small.figures()
+    for key in BANDS:
+        for stat in ("mean", "p90", "max"):
+            want = ref[f"generate/trajectory_time_{key}_{stat}"]
+            assert figures[key][stat] == pytest.approx(want, rel=1e-12), (key, stat)
+    assert figures["frac_time_in_env"]["value"] == pytest.approx(ref["generate/frac_time_in_env"])
+
+    bounded = RunningSummary(reservoir=50)
+    for b in items:
+        bounded(b)
+    assert bounded.count == 300 and not bounded.exact and len(bounded._sample) == 50
+    figures = bounded.figures()  # means and maxima stay exact past the reservoir
+    assert figures["llm"]["mean"] == pytest.approx(ref["generate/trajectory_time_llm_mean"])
+    assert figures["completion"]["max"] == ref["generate/trajectory_time_completion_max"]
+
+
 def test_group_by_env_class_and_prefix():
     bds = random_breakdowns(3, 5)
     assert list(group_by(bds)) == ["e"]

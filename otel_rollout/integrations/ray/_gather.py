@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from otel_rollout._breakdown import Breakdown
-from otel_rollout._summary import BreakdownCollector
+from otel_rollout._summary import DEFAULT_MAXLEN, BreakdownCollector
 from otel_rollout.integrations import require
 from otel_rollout.integrations.ray._worker import drain, rollout
 
@@ -25,7 +25,7 @@ def _ray() -> Any:
 class BreakdownGatherer:
     """The actor behind :func:`gatherer`: workers push breakdowns, the driver drains them."""
 
-    def __init__(self, maxlen: int | None = 1_000_000) -> None:
+    def __init__(self, maxlen: int | None = DEFAULT_MAXLEN) -> None:
         self._collector = BreakdownCollector(maxlen)
 
     def push(self, breakdowns: Iterable[Breakdown]) -> int:
