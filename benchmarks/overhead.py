@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
 
 from otel_rollout import BreakdownProcessor, RolloutTracer
 
@@ -31,16 +32,45 @@ class NullExporter(SpanExporter):
 
 
 def bare_tree(tracer) -> None:
-    with tracer.start_as_current_span("trajectory", attributes={"rollout.trajectory.id": "x"}):
+    """The span tree of ``rollout_tree`` by hand: same spans, kinds and start attributes
+    (the GenAI semantic-convention ones included), no accounting and no histograms."""
+    tid = "x"
+    with tracer.start_as_current_span(
+        "trajectory",
+        attributes={
+            "rollout.trajectory.id": tid,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": tid,
+            "rollout.env.class": "bench",
+            "gen_ai.agent.name": "bench",
+            "gen_ai.request.model": "m",
+        },
+    ):
         with tracer.start_as_current_span("env_setup", attributes={"rollout.phase": "env_setup"}):
             pass
         for i in range(TURNS):
             with tracer.start_as_current_span(
-                "generate", attributes={"rollout.phase": "llm", "rollout.turn": i}
+                "generate",
+                kind=SpanKind.CLIENT,
+                attributes={
+                    "rollout.phase": "llm",
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.conversation.id": tid,
+                    "gen_ai.request.model": "m",
+                    "rollout.turn": i,
+                },
             ):
                 pass
             with tracer.start_as_current_span(
-                "env_step", attributes={"rollout.phase": "env", "rollout.turn": i}
+                "env_step",
+                attributes={
+                    "rollout.phase": "env",
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "bench",
+                    "gen_ai.tool.type": "function",
+                    "gen_ai.conversation.id": tid,
+                    "rollout.turn": i,
+                },
             ):
                 pass
         with tracer.start_as_current_span(

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_rollout import _attributes as A
+from otel_rollout._fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout.export")
 
@@ -52,6 +53,9 @@ class _Counts:
         self.queue_warned = False
         self.lost_since_success = 0
         self._counter = None
+        # A child forked while the parent's queue was full would otherwise count that
+        # queue as its own, and drop every span it ends.
+        reset_in_child(self, _Counts._reset)
         if meter_provider is not None:
             meter = meter_provider.get_meter("otel_rollout")
             self._counter = meter.create_counter(
@@ -59,6 +63,14 @@ class _Counts:
                 unit="{span}",
                 description="Spans lost before reaching the trace backend, by reason",
             )
+
+    def _reset(self) -> None:
+        """In a forked child: the SDK gives its batch processor an empty queue; so here."""
+        self.lock = threading.Lock()
+        self.stats = ExportStats()
+        self.failing = False
+        self.queue_warned = False
+        self.lost_since_success = 0
 
     def drop(self, n: int, reason: str) -> None:
         if self._counter is not None and n:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -18,6 +16,7 @@ from otel_rollout import _attributes as A
 from otel_rollout._batch_span import deliver
 from otel_rollout._breakdown import Breakdown, root_breakdown
 from otel_rollout._errors import internal_error, warn_once
+from otel_rollout._fork import reset_in_child
 from otel_rollout._version import __version__
 
 BreakdownSink = Callable[[Breakdown], Any]
@@ -122,8 +121,7 @@ class BreakdownProcessor(SpanProcessor):
             unit="{trajectory}",
             description="Trajectories dropped from the processor's state before their root ended.",
         )
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (p := ref()) and p._reset())
+        reset_in_child(self, BreakdownProcessor._reset)
 
     # --- public ---------------------------------------------------------------------------
     def add_sink(self, sink: BreakdownSink) -> None:
@@ -138,14 +136,17 @@ class BreakdownProcessor(SpanProcessor):
     # --- SpanProcessor ----------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            attrs = span.attributes
-            # BoundedAttributes is a Mapping subclass whose ``in``/``get`` go through the
-            # ABC machinery; its plain dict is several times faster on this hot path.
-            raw = getattr(attrs, "_dict", attrs) or _EMPTY
-            sid = span.context.span_id
+            # The SDK's ``attributes`` is a read-only view over BoundedAttributes, a Mapping
+            # whose ``in``/``get``/``len`` are Python methods; on this hot path (every span)
+            # read its plain dict when the SDK has one.
+            raw = getattr(getattr(span, "_attributes", None), "_dict", None)
+            if raw is None:
+                raw = span.attributes or _EMPTY
+            ctx = span.context
+            sid = ctx.span_id
             if A.TRAJECTORY_ID in raw:
                 start = span.start_time or 0
-                traj = _Trajectory(sid, span.context.trace_id, start, attrs)
+                traj = _Trajectory(sid, ctx.trace_id, start, span.attributes)
                 with self._lock:
                     if self._trajs:
                         self._evict_locked(start)
@@ -183,9 +184,12 @@ class BreakdownProcessor(SpanProcessor):
                 if traj.root_id != sid:
                     traj.n_open -= 1
                     if top_start is not None:
+                        code = self._phase_codes.get(phase)
+                        if code is None:
+                            code = self._code(phase)
                         if traj.phases is None:
                             traj.phases = array("q")
-                        traj.phases.extend((self._code(phase), top_start, span.end_time))
+                        traj.phases.extend((code, top_start, span.end_time))
                     return
                 end = span.end_time or traj.start_ns
                 bd = traj.breakdown

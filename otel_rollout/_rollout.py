@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otel_rollout._export import ExportStats
+from otel_rollout._fork import reset_in_child
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._settings import Settings
 from otel_rollout._summary import _KEY_NAMES, BreakdownCollector
@@ -40,6 +41,11 @@ class RunningSummary:
         self._sums = [0.0] * len(_SUMMARY_BANDS)
         self._max = [0.0] * len(_SUMMARY_BANDS)
         self._sample: list[tuple[float, ...]] = []
+        reset_in_child(self, RunningSummary._reset)
+
+    def _reset(self) -> None:
+        """In a forked child: summarise only the child's own trajectories."""
+        self.__init__(self._size)  # type: ignore[misc]
 
     def __call__(self, breakdown: Any) -> None:
         row = tuple(float(getattr(breakdown, attr)) for _, attr in _SUMMARY_BANDS)

@@ -12,6 +12,7 @@ import numpy as np
 
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import Breakdown
+from otel_rollout._fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout")
 
@@ -105,6 +106,13 @@ class BreakdownCollector:
         self._items: deque[Breakdown] = deque()
         self._maxlen = maxlen
         self._lock = threading.Lock()
+        self.dropped = 0
+        reset_in_child(self, BreakdownCollector._reset)
+
+    def _reset(self) -> None:
+        """In a forked child: the parent's breakdowns are the parent's to report."""
+        self._lock = threading.Lock()
+        self._items = deque()
         self.dropped = 0
 
     def __call__(self, breakdown: Breakdown) -> None:

@@ -1,8 +1,8 @@
 """A real OTLP receiver for tests: gRPC and HTTP on 127.0.0.1, decoding real protobufs.
 
 Needs the ``otlp`` extra (grpcio, opentelemetry-proto). Fault knobs let tests play an
-endpoint that is slow (``delay_s``) or refusing (``refuse``), and ``stop()``/``start()``
-restart it on the same ports.
+endpoint that is slow (``delay_s``), stalled until released (``hold()``/``release()``) or
+refusing (``refuse``), and ``stop()``/``start()`` restart it on the same ports.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class OTLPReceiver:
         self.delay_s = 0.0
         self.refuse = False
         self.requests = 0
+        self._gate = threading.Event()
+        self._gate.set()
         self._lock = threading.Lock()
         self._spans: list[ReceivedSpan] = []
         self._metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
@@ -148,6 +150,7 @@ class OTLPReceiver:
         return self
 
     def stop(self) -> None:
+        self._gate.set()  # stalled handlers answer, so the servers can stop
         if self._grpc is not None:
             self._grpc.stop(grace=None)
             self._grpc = None
@@ -162,10 +165,19 @@ class OTLPReceiver:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+    def hold(self) -> None:
+        """Stall: requests wait, unanswered, until :meth:`release` (a hung endpoint)."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Answer the stalled requests and stop stalling."""
+        self._gate.set()
+
     # --- data ----------------------------------------------------------------------------
     def _admit(self) -> bool:
         with self._lock:
             self.requests += 1
+        self._gate.wait()
         if self.delay_s:
             time.sleep(self.delay_s)
         return not self.refuse
