@@ -18,6 +18,12 @@ JAEGER_HINT = (
 )
 
 
+_JAEGER_URL_HELP = (
+    "Jaeger UI the batch timelines link trace ids to (default: $OTEL_ROLLOUT_JAEGER_URL, "
+    "else http://localhost:16686, the compose stack's)"
+)
+
+
 def _need(*modules: str) -> None:
     missing = []
     for m in modules:
@@ -106,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--output-dir", default="otel-rollout-demo", type=Path)
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     demo.add_argument(
         "--linger",
         type=float,
@@ -143,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--format", choices=("table", "json"), default="table")
     rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
+    rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     rep.set_defaults(func=_report)
     return parser
 
@@ -154,7 +162,8 @@ def _example(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(console, data, out_dir: Path | None, title: str) -> None:
+def _show(console, data, out_dir: Path | None, title: str, batch_spans=None,
+          jaeger_url: str | None = None) -> None:  # fmt: skip
     from otel_rollout.report._tables import print_slowest, print_table
 
     print_table(console, data, title)
@@ -164,6 +173,10 @@ def _show(console, data, out_dir: Path | None, title: str) -> None:
 
         png, page = draw(data, out_dir)
         console.print(f"pictures: {png}  {page}")
+    if len(data.batches):
+        from otel_rollout.report._command import show_batches
+
+        show_batches(console, data, batch_spans or {}, out_dir, jaeger_url)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -200,13 +213,14 @@ def _demo(args: argparse.Namespace) -> int:
                 linger_s=args.linger,
             )
         )
-    phases = {}
+    phases, batch_spans = {}, {}
     if result.trace_file.exists():
-        phases = {
-            t.breakdown.trace_id: t.phases for t in read_trace_file(result.trace_file).trajectories
-        }
+        read = read_trace_file(result.trace_file)
+        phases = {t.breakdown.trace_id: t.phases for t in read.trajectories}
+        batch_spans = read.batches
     data = ReportData.of(result.breakdowns, phases)
-    _show(console, data, args.output_dir, "demo (online breakdowns)")
+    _show(console, data, args.output_dir, "demo (online breakdowns)", batch_spans,
+          args.jaeger_url)  # fmt: skip
     if result.errors:
         console.print(f"[red]{result.errors} trajectories failed[/red]")
     rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))

@@ -130,3 +130,18 @@ def test_batch_tables_fit_an_80_column_terminal(tmp_path, capsys, monkeypatch):
     assert "b-3 (step 3)" in text and "tail spent on: env 62%, llm 12%" in text
     assert format(5, "032x") in text  # the straggler's trace id, unbroken
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_batch_timelines_link_trace_ids_to_jaeger(tmp_path, capsys, monkeypatch):
+    path = _known_file(tmp_path / "t.jsonl")
+    out = tmp_path / "pics"
+    assert main(["report", str(path), "--output-dir", str(out)]) == 0
+    page = (out / "batches.html").read_text()
+    assert (out / "batch-0.png").stat().st_size > 0
+    assert f'href="http://localhost:16686/trace/{format(5, "032x")}"' in page
+    assert "<title>t4 (code): finish 13.000 s, e2e 11.000 s; llm 5.000" in page  # hover
+    monkeypatch.setenv("OTEL_ROLLOUT_JAEGER_URL", "http://jaeger.example:16686/")
+    assert main(["report", str(path), "--output-dir", str(out)]) == 0
+    assert "http://jaeger.example:16686/trace/" in (out / "batches.html").read_text()
+    assert main(["report", str(path), "--output-dir", str(out), "--jaeger-url", "http://j"]) == 0
+    assert 'href="http://j/trace/' in (out / "batches.html").read_text()

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from otel_rollout._batch import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._config import configure
 from otel_rollout._summary import BreakdownCollector
@@ -84,6 +85,8 @@ class DemoResult:
     trace_file: Path
     rewards: dict[str, float] = field(default_factory=dict)
     errors: int = 0
+    #: The step's batch analysis (tail, stragglers, engine demand).
+    batch: BatchAnalysis | None = None
 
 
 def _gsm8k_action(rng: random.Random, answer: str, turn: int) -> str:
@@ -199,11 +202,12 @@ async def run_demo_async(
             on_done()
 
     try:
-        await asyncio.gather(*(one(i) for i in range(n)))
+        async with prov.tracer.batch(step=0) as batch:  # one training step's rollouts
+            await asyncio.gather(*(one(i) for i in range(n)))
         await engine.aclose()
         if linger_s > 0:
             await asyncio.sleep(linger_s)
     finally:
         prov.shutdown()
     mean = {k: sum(v) / len(v) for k, v in rewards.items() if v}
-    return DemoResult(prov.collector.drain(), prov.trace_file, mean, errors)
+    return DemoResult(prov.collector.drain(), prov.trace_file, mean, errors, batch.analysis)

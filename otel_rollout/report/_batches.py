@@ -55,6 +55,10 @@ class BatchGroups:
         acc.add(breakdown)
         self.kept += 1
 
+    def breakdowns_of(self) -> dict[str, list[Breakdown]]:
+        """The breakdowns kept, by batch id."""
+        return {k: acc.breakdowns for k, acc in self._groups.items()}
+
     def analyses(self, spans: dict[str, BatchSpan] | None = None) -> list[BatchView]:
         """One analysis per batch, measured from its batch span's start when read; by start."""
         out = []
@@ -139,7 +143,7 @@ def print_batches(console: Any, views: list[BatchView]) -> None:
     if not views:
         return
     t = Table(title="batches (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("batch", overflow="fold", max_width=18)
+    t.add_column("batch", overflow="fold", max_width=22)
     for h in ("n", "wall", "tail", "tail %", "tail band", "strag."):
         t.add_column(h, justify="right" if h != "tail band" else "left", no_wrap=True)
     for v in views:
@@ -172,9 +176,9 @@ def print_batch(console: Any, view: BatchView) -> None:
         f"below 1/4 of max {_pct(a.low_llm_demand_frac)} of wall",
     ]
     t = Table(title="\n".join(lines), box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left")
-    t.add_column("straggler", overflow="ellipsis", max_width=14, no_wrap=True)
-    t.add_column("env", overflow="ellipsis", max_width=10, no_wrap=True)
-    t.add_column("finish", justify="right", no_wrap=True)
+    t.add_column("straggler", overflow="ellipsis", max_width=13, no_wrap=True)
+    t.add_column("env", overflow="ellipsis", max_width=9, no_wrap=True)
+    t.add_column("finish", justify="right", no_wrap=True, min_width=6)
     t.add_column("e2e", justify="right", no_wrap=True)
     t.add_column("trace id", no_wrap=True, min_width=32)
     for b in reversed(a.stragglers):

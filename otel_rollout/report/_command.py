@@ -86,9 +86,8 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         print_table(console, data, f"report: {' '.join(args.source)}")
         print_slowest(console, data)
         if len(data.batches):
-            from otel_rollout.report._batches import print_batches
-
-            print_batches(console, data.batches.analyses(result.batches))
+            show_batches(console, data, result.batches, args.output_dir,
+                         getattr(args, "jaeger_url", None))  # fmt: skip
         if args.output_dir is not None:
             from otel_rollout.report._pictures import draw
 
@@ -97,6 +96,19 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
     print_losses(console, result)
     _say_empty(result, data, console.file)
     return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
+
+
+def show_batches(console: Any, data: ReportData, spans: Any, out_dir: Any, jaeger: Any) -> None:
+    """The batch tables, and with ``out_dir`` the batch timelines (PNG and HTML)."""
+    from otel_rollout.report._batches import print_batches
+
+    views = data.batches.analyses(spans)
+    print_batches(console, views)
+    if out_dir is not None and views:
+        from otel_rollout.report._timeline import write_batch_pages
+
+        pngs, page = write_batch_pages(views, data.batches.breakdowns_of(), out_dir, jaeger)
+        console.print(f"batch timelines: {page}  ({len(pngs)} PNG)")
 
 
 def _say_empty(result: ReadResult, data: ReportData, stream: TextIO) -> None:

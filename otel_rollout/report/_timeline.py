@@ -1,0 +1,211 @@
+"""A timeline per batch: a row per trajectory sorted by finish, its bands coloured, the
+tail shaded, the median finish marked and engine demand drawn underneath. A PNG
+(matplotlib) and an HTML page whose SVG shows each trajectory's breakdown on hover and
+links trace ids to Jaeger."""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+
+import numpy as np
+
+from otel_rollout import _attributes as A
+from otel_rollout._batch import BatchAnalysis
+from otel_rollout._breakdown import Breakdown
+from otel_rollout.report._batches import BatchView, tail_spent_on
+
+#: Jaeger's UI in the compose stack; ``--jaeger-url`` or ``OTEL_ROLLOUT_JAEGER_URL`` move it.
+DEFAULT_JAEGER_URL = "http://localhost:16686"
+JAEGER_URL_ENV = "OTEL_ROLLOUT_JAEGER_URL"
+#: Rows drawn per batch: every straggler, and an even sample of the rest.
+MAX_ROWS = 200
+#: Batches drawn (the longest tails).
+MAX_BATCHES_DRAWN = 10
+COLORS = {
+    "llm": "#4C72B0",
+    "env": "#55A868",
+    "env_setup": "#C44E52",
+    "env_teardown": "#8172B2",
+    "other": "#CCB974",
+}
+
+
+def jaeger_url(arg: str | None = None) -> str:
+    """The Jaeger UI base URL: the argument, else the variable, else the compose stack's."""
+    url = arg or os.environ.get(JAEGER_URL_ENV, "").strip() or DEFAULT_JAEGER_URL
+    return url.rstrip("/")
+
+
+def rows(a: BatchAnalysis, breakdowns: list[Breakdown]) -> list[Breakdown]:
+    """The trajectories drawn, by finish: all when few, else the stragglers and a sample."""
+    order = sorted(breakdowns, key=lambda b: (b.end_time_ns, b.trajectory_id, b.trace_id))
+    if len(order) <= MAX_ROWS:
+        return order
+    late = {id(b) for b in a.stragglers}
+    rest = [b for b in order if id(b) not in late]
+    room = max(MAX_ROWS - len(a.stragglers), 1)
+    picked = {id(b) for b in rest[:: max(1, len(rest) // room)][:room]} | late
+    return [b for b in order if id(b) in picked]
+
+
+def _segments(b: Breakdown) -> list[tuple[str, int, int]]:
+    """The band intervals in drawing order: lowest priority first, so llm is on top."""
+    ivs = b.phase_intervals()
+    return sorted(ivs, key=lambda p: -A.BANDS.index(p.phase))
+
+
+def draw_batch_png(view: BatchView, breakdowns: list[Breakdown], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = view.analysis
+    shown = rows(a, breakdowns)
+    s0 = a.start_ns
+    height = 3 + min(len(shown), 60) * 0.12
+    fig, (ax, ax2) = plt.subplots(
+        2, 1, figsize=(11, height + 2), sharex=True, gridspec_kw={"height_ratios": [height, 2]}
+    )
+    for row, b in enumerate(shown):
+        ax.broken_barh([((b.start_time_ns - s0) / 1e9, b.e2e)], (row - 0.4, 0.8),
+                       color=COLORS["other"])  # fmt: skip
+        for band, s, e in _segments(b):
+            ax.broken_barh([((s - s0) / 1e9, (e - s) / 1e9)], (row - 0.4, 0.8), color=COLORS[band])
+    med, last = a.median_finish_ns / 1e9, a.wall_ns / 1e9
+    for axis in (ax, ax2):
+        axis.axvspan(med, last, color="#999999", alpha=0.18, lw=0)
+        axis.axvline(med, color="black", lw=1, ls="--")
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_yticks([])
+    ax.set_ylabel(f"{len(shown)} of {a.trajectories} trajectories, by finish")
+    ax.set_title(
+        f"batch {view.name}: wall {a.wall_ns / 1e9:.2f} s, tail {a.tail_ns / 1e9:.2f} s "
+        f"({100 * a.tail_frac:.0f}%), tail spent on {tail_spent_on(a) or 'nothing'}",
+        fontsize=10,
+    )
+    handles = [matplotlib.patches.Patch(color=c, label=b) for b, c in COLORS.items()]
+    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    for step, label, color in ((a.in_flight, "in flight", "#888888"),
+                               (a.in_generate, "in generate", COLORS["llm"])):  # fmt: skip
+        t = np.append((step.times_ns - s0) / 1e9, last)
+        v = np.append(step.values, step.values[-1] if len(step.values) else 0)
+        ax2.step(t, v, where="post", label=label, color=color)
+    ax2.axhline(a.llm_concurrency_max / 4, color=COLORS["llm"], lw=0.8, ls=":",
+                label="1/4 of peak generate")  # fmt: skip
+    ax2.set_ylabel("trajectories")
+    ax2.set_xlabel("seconds since the batch started (tail shaded, median finish dashed)")
+    ax2.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _tooltip(b: Breakdown, s0: int) -> str:
+    bands = ", ".join(f"{band} {b.band(band):.3f}" for band in A.ALL_BANDS)
+    return (f"{b.trajectory_id} ({b.env_class or '-'}): finish {(b.end_time_ns - s0) / 1e9:.3f} s, "
+            f"e2e {b.e2e:.3f} s; {bands}; {b.turns} turns; trace {b.trace_id}")  # fmt: skip
+
+
+def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
+    """The batch timeline as SVG: hover a row for its breakdown, click to open its trace."""
+    a = view.analysis
+    shown = rows(a, breakdowns)
+    s0, wall = a.start_ns, max(a.wall_ns, 1)
+    width, left, row_h, demand_h = 900, 10, 6, 80
+    top = 10
+    height = top + len(shown) * row_h + 20 + demand_h + 20
+
+    def x(t_ns: float) -> float:
+        return left + (t_ns - s0) / wall * (width - 2 * left)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="10">']  # fmt: skip
+    tail_x = x(a.median_finish_time_ns)
+    out.append(f'<rect x="{tail_x:.1f}" y="0" width="{x(a.end_ns) - tail_x:.1f}" '
+               f'height="{height}" fill="#999" fill-opacity="0.18"><title>tail: '
+               f'{a.tail_ns / 1e9:.3f} s</title></rect>')  # fmt: skip
+    for row, b in enumerate(shown):
+        y = top + row * row_h
+        href = html.escape(f"{jaeger}/trace/{b.trace_id}", quote=True)
+        out.append(f'<a href="{href}" target="_blank"><g><title>'
+                   f"{html.escape(_tooltip(b, s0))}</title>")  # fmt: skip
+        out.append(f'<rect x="{x(b.start_time_ns):.1f}" y="{y}" '
+                   f'width="{max(x(b.end_time_ns) - x(b.start_time_ns), 0.5):.1f}" '
+                   f'height="{row_h - 1}" fill="{COLORS["other"]}"/>')  # fmt: skip
+        for band, s, e in _segments(b):
+            out.append(f'<rect x="{x(s):.1f}" y="{y}" width="{max(x(e) - x(s), 0.3):.1f}" '
+                       f'height="{row_h - 1}" fill="{COLORS[band]}"/>')  # fmt: skip
+        out.append("</g></a>")
+    out.append(f'<line x1="{tail_x:.1f}" x2="{tail_x:.1f}" y1="0" y2="{height}" '
+               'stroke="black" stroke-dasharray="4 3"><title>median finish</title></line>')  # fmt: skip
+    base = top + len(shown) * row_h + 20 + demand_h
+    peak = max(a.in_flight.max(), 1)
+    for step, color, label in ((a.in_flight, "#888", "in flight"),
+                               (a.in_generate, COLORS["llm"], "in generate")):  # fmt: skip
+        pts = []
+        t = step.times_ns.tolist() + [a.end_ns]
+        for i, v in enumerate(step.values.tolist()):
+            y = base - v / peak * demand_h
+            pts += [f"{x(t[i]):.1f},{y:.1f}", f"{x(t[i + 1]):.1f},{y:.1f}"]
+        out.append(f'<polyline fill="none" stroke="{color}" points="{" ".join(pts)}">'
+                   f"<title>{label}</title></polyline>")  # fmt: skip
+    out.append(f'<text x="{left}" y="{base + 14}">engine demand: trajectories in flight (grey) '
+               f"and inside a generate call (blue); peak {a.llm_concurrency_max}</text>")  # fmt: skip
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_batch_pages(
+    views: list[BatchView],
+    breakdowns_of: dict[str, list[Breakdown]],
+    out_dir: Path,
+    jaeger: str | None = None,
+) -> tuple[list[Path], Path | None]:
+    """PNG timelines and one HTML page for the batches with the longest tails."""
+    if not views:
+        return [], None
+    jaeger = jaeger_url(jaeger)
+    drawn = sorted(views, key=lambda v: -v.analysis.tail_ns)[:MAX_BATCHES_DRAWN]
+    drawn.sort(key=lambda v: v.analysis.start_ns)
+    pngs, sections = [], []
+    for i, v in enumerate(drawn):
+        bds = breakdowns_of.get(v.analysis.batch_id or "", [])
+        pngs.append(draw_batch_png(v, bds, out_dir / f"batch-{i}.png"))
+        a = v.analysis
+        strag = "".join(
+            f'<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}'
+            f"</td><td>{(b.end_time_ns - a.start_ns) / 1e9:.3f}</td><td>{b.e2e:.3f}</td>"
+            f'<td><a href="{html.escape(jaeger)}/trace/{b.trace_id}"><code>{b.trace_id}'
+            "</code></a></td></tr>"
+            for b in reversed(a.stragglers)
+        )
+        sections.append(
+            f"<h2>batch {html.escape(v.name)}</h2><p>{a.trajectories} trajectories, wall "
+            f"{a.wall_ns / 1e9:.3f} s, median finish {a.median_finish_ns / 1e9:.3f} s, tail "
+            f"{a.tail_ns / 1e9:.3f} s ({100 * a.tail_frac:.0f}% of wall); tail spent on "
+            f"{html.escape(tail_spent_on(a) or 'nothing')}; generate concurrency mean "
+            f"{a.llm_concurrency_mean:.1f}, max {a.llm_concurrency_max}, below a quarter of "
+            f"max {100 * a.low_llm_demand_frac:.0f}% of wall.</p>"
+            f"{batch_svg(v, bds, jaeger)}<h3>stragglers</h3><table><tr><th>trajectory</th>"
+            f"<th>env class</th><th>finish s</th><th>e2e s</th><th>trace id</th></tr>{strag}"
+            "</table>"
+        )
+    legend = " ".join(
+        f'<span style="background:{c};padding:0 6px">&nbsp;</span> {b}' for b, c in COLORS.items()
+    )
+    page = out_dir / "batches.html"
+    page.write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><title>otel-rollout batches'
+        "</title><style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px}"
+        "</style></head><body><h1>otel-rollout: batches</h1><p>One row per trajectory by "
+        "finish; the tail (median finish to last finish) shaded. Hover a row for its "
+        f"breakdown, click it to open the trace in Jaeger ({html.escape(jaeger)}).</p>"
+        f"<p>{legend}</p>{''.join(sections)}</body></html>",
+        encoding="utf-8",
+    )
+    return pngs, page
