@@ -56,10 +56,10 @@ def print_slowest(console, data: ReportData) -> None:
     from rich.table import Table
 
     t = Table(title="slowest trajectories (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("trajectory", overflow="ellipsis", max_width=14, no_wrap=True)
-    t.add_column("env class", overflow="ellipsis", max_width=12, no_wrap=True)
-    t.add_column("e2e", justify="right", no_wrap=True)
-    t.add_column("most in", no_wrap=True)
+    t.add_column("trajectory", overflow="ellipsis", max_width=12, no_wrap=True)
+    t.add_column("env class", overflow="ellipsis", max_width=9, no_wrap=True)
+    t.add_column("e2e", justify="right", no_wrap=True, min_width=6)
+    t.add_column("most in", no_wrap=True, min_width=8)
     t.add_column("trace id", no_wrap=True, min_width=32)
     for b in (t.breakdown for t in data.slowest()):
         top = max(("llm", "env", "env_setup", "env_teardown", "other"), key=b.band)

@@ -142,20 +142,22 @@ def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
                        f'height="{row_h - 1}" fill="{COLORS[band]}"/>')  # fmt: skip
         out.append("</g></a>")
     out.append(f'<line x1="{tail_x:.1f}" x2="{tail_x:.1f}" y1="0" y2="{height}" '
-               'stroke="black" stroke-dasharray="4 3"><title>median finish</title></line>')  # fmt: skip
+               'stroke="black" stroke-dasharray="4 3">'
+               "<title>median finish</title></line>")  # fmt: skip
     base = top + len(shown) * row_h + 20 + demand_h
     peak = max(a.in_flight.max(), 1)
     for step, color, label in ((a.in_flight, "#888", "in flight"),
                                (a.in_generate, COLORS["llm"], "in generate")):  # fmt: skip
         pts = []
-        t = step.times_ns.tolist() + [a.end_ns]
+        t = [*step.times_ns.tolist(), a.end_ns]
         for i, v in enumerate(step.values.tolist()):
             y = base - v / peak * demand_h
             pts += [f"{x(t[i]):.1f},{y:.1f}", f"{x(t[i + 1]):.1f},{y:.1f}"]
         out.append(f'<polyline fill="none" stroke="{color}" points="{" ".join(pts)}">'
                    f"<title>{label}</title></polyline>")  # fmt: skip
-    out.append(f'<text x="{left}" y="{base + 14}">engine demand: trajectories in flight (grey) '
-               f"and inside a generate call (blue); peak {a.llm_concurrency_max}</text>")  # fmt: skip
+    out.append(f'<text x="{left}" y="{base + 14}">engine demand: trajectories in flight '
+               "(grey) and inside a generate call (blue); peak "
+               f"{a.llm_concurrency_max}</text>")  # fmt: skip
     out.append("</svg>")
     return "\n".join(out)
 
@@ -178,7 +180,7 @@ def write_batch_pages(
         pngs.append(draw_batch_png(v, bds, out_dir / f"batch-{i}.png"))
         a = v.analysis
         strag = "".join(
-            f'<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}'
+            f"<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}"
             f"</td><td>{(b.end_time_ns - a.start_ns) / 1e9:.3f}</td><td>{b.e2e:.3f}</td>"
             f'<td><a href="{html.escape(jaeger)}/trace/{b.trace_id}"><code>{b.trace_id}'
             "</code></a></td></tr>"
