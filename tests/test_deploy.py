@@ -1,8 +1,8 @@
 """Deployment files agree with each other and with what the project emits.
 
-No Docker engine here, so the containers are not run. Instead: promtool on every shipped
-Prometheus config; the compose file against the Compose spec's JSON schema; a
-consistency check (mounted files exist, Collector pipelines name defined components,
+No Docker engine here, so compose itself is not run (the backends it runs are, built from
+source: tests/test_backends*.py). Here: the compose file against the Compose spec's JSON
+schema; a consistency check (mounted files exist, Collector pipelines name defined components,
 every endpoint names a compose service and a port it listens on, Grafana data sources
 and dashboard agree); and every PromQL expression of the Grafana dashboard executed
 against a real Prometheus scraping a real demo run.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,29 +31,11 @@ DEPLOY = ROOT / "deploy"
 COMPOSE = ROOT / "compose.yaml"
 DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))
 DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "datasources.yaml"
-PROM_CONFIGS = sorted([*CFG.glob("prometheus*.yml"), *DEPLOY.rglob("prometheus*.yml")])
-
-#: Keys of a Prometheus 3 config that promtool 2.42 (Debian's) does not know.
-PROM_V3_ONLY = {"otlp"}
-PROM_V3_OTLP_KEYS = {
-    "promote_resource_attributes",
-    "translation_strategy",
-    "keep_identifying_resource_attributes",
-    "convert_histograms_to_nhcb",
-    "promote_scope_metadata",
-}
-TRANSLATION_STRATEGIES = {
-    "UnderscoreEscapingWithSuffixes",
-    "UnderscoreEscapingWithoutSuffixes",
-    "NoUTF8EscapingWithSuffixes",
-    "NoTranslation",
-}
 
 #: Ports the images listen on by default, for services whose ports are not in a config
-#: file of ours (Jaeger v2 all-in-one: OTLP, UI, health check; Prometheus and Grafana:
-#: their HTTP port). Collector and Tempo ports are read from their mounted configs.
+#: file of ours (Prometheus and Grafana: their HTTP port). Collector, Jaeger and Tempo
+#: ports are read from their mounted configs.
 IMAGE_PORTS = {
-    "jaegertracing/jaeger": {4317, 4318, 16686, 13133},
     "prom/prometheus": {9090},
     "grafana/grafana": {3000},
 }
@@ -90,6 +71,11 @@ def _host_port(value: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m else None
 
 
+def _load_cfg(path: Path) -> Any:
+    """A Collector or Jaeger config as compose runs it: ${env:VAR:-default} -> default."""
+    return yaml.safe_load(_interpolate(path.read_text()))
+
+
 def _is_collector_config(path: Path) -> bool:
     cfg = _load(path)
     return isinstance(cfg, dict) and "pipelines" in (cfg.get("service") or {})
@@ -98,29 +84,7 @@ def _is_collector_config(path: Path) -> bool:
 COLLECTOR_CONFIGS = sorted(p for p in CFG.glob("*.yaml") if _is_collector_config(p))
 
 
-# --- (a) promtool ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("path", PROM_CONFIGS, ids=lambda p: p.name)
-def test_promtool_check_config(path: Path, tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool absent (Debian package `prometheus`; .ci/run installs it)")
-    cfg = _load(path)
-    # promtool here is 2.42 and rejects the Prometheus 3 `otlp:` block ("field otlp not
-    # found"): check a copy without it with promtool, and that block's keys here.
-    otlp = cfg.get("otlp") or {}
-    unknown = set(otlp) - PROM_V3_OTLP_KEYS
-    assert not unknown, f"{path.name}: unknown otlp keys {sorted(unknown)}"
-    if "translation_strategy" in otlp:
-        assert otlp["translation_strategy"] in TRANSLATION_STRATEGIES, otlp
-    assert all(isinstance(a, str) for a in otlp.get("promote_resource_attributes", []))
-    copy = tmp_path / path.name
-    copy.write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k not in PROM_V3_ONLY}))
-    res = subprocess.run(
-        [promtool, "check", "config", str(copy)], capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, f"promtool check config {path.name}:\n{res.stdout}{res.stderr}"
+# --- (a) promtool: Prometheus 3's, in tests/test_backends_config.py --------------------------
 
 
 # --- (b) compose schema ---------------------------------------------------------------------
@@ -151,7 +115,7 @@ def test_compose_validates_against_the_compose_spec() -> None:
 
 @pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
 def test_collector_pipelines_name_defined_components(path: Path) -> None:
-    cfg = _load(path)
+    cfg = _load_cfg(path)
     problems = []
     connectors = set(cfg.get("connectors") or {})
     used: set[str] = set()
@@ -212,9 +176,12 @@ def _collector_listen_ports(cfg: dict) -> set[int]:
                 hp = _host_port((proto or {}).get("endpoint", ""))
                 if hp:
                     ports.add(hp[1])
-            hp = _host_port((comp or {}).get("endpoint", "") if isinstance(comp, dict) else "")
-            if hp:
-                ports.add(hp[1])
+            if not isinstance(comp, dict):
+                continue
+            for sub in (comp, comp.get("http") or {}, comp.get("grpc") or {}):
+                hp = _host_port(sub.get("endpoint", ""))
+                if hp:
+                    ports.add(hp[1])
     return ports
 
 
@@ -277,10 +244,10 @@ class Stack:
         svc = self.services[name]
         image = self.image(name).split(":")[0]
         ports: set[int] = set(IMAGE_PORTS.get(image, set()))
-        if self.is_collector(name):
+        if self.is_collector(name) or image == "jaegertracing/jaeger":
             for cfg in self.collector_configs(name):
                 if cfg.exists():
-                    ports |= _collector_listen_ports(_load(cfg))
+                    ports |= _collector_listen_ports(_load_cfg(cfg))
         if image == "grafana/tempo":
             for _, path, target in self.mounts.get(name, []):
                 if target in " ".join(svc.get("command", [])) and path.exists():
@@ -340,7 +307,7 @@ def test_compose_and_configs_agree() -> None:
             for cfg_path in st.collector_configs(name):
                 if not cfg_path.exists():
                     continue  # reported as a missing mount
-                for exp, value in _collector_endpoints(_load(cfg_path)):
+                for exp, value in _collector_endpoints(_load_cfg(cfg_path)):
                     st.check_target(f"{name} ({cfg_path.name}) exporter {exp}", value)
     # The two-tier demo endpoint named in a comment/variable must be a real service too.
     st.check_target("two-tier demo endpoint", "http://otel-agent:4317")
