@@ -212,14 +212,13 @@ class Stack:
             "--log.level=warn",
         ]
         url = f"http://127.0.0.1:{port}"
-        return self.add(
-            Server(name, argv, {}, d / "log.txt", f"{url}/-/ready", {"http": port})
-        )
+        return self.add(Server(name, argv, {}, d / "log.txt", f"{url}/-/ready", {"http": port}))
 
     def jaeger(self, name: str = "jaeger") -> Server:
         bins = need("jaeger")
         ports = {
-            k: free_port() for k in ("otlp_grpc", "otlp_http", "query_http", "query_grpc", "health", "metrics")
+            k: free_port()
+            for k in ("otlp_grpc", "otlp_http", "query_http", "query_grpc", "health", "metrics")
         }
         env = {
             "JAEGER_LISTEN_HOST": "127.0.0.1",

@@ -46,8 +46,12 @@ class TempoAPI(OTLPReceiver):
             for rs in req.resource_spans:
                 for ss in rs.scope_spans:
                     for span in ss.spans:
-                        one = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
-                        one.scope_spans.add(scope=ss.scope, schema_url=ss.schema_url).spans.append(span)
+                        one = trace_pb2.ResourceSpans(
+                            resource=rs.resource, schema_url=rs.schema_url
+                        )
+                        one.scope_spans.add(scope=ss.scope, schema_url=ss.schema_url).spans.append(
+                            span
+                        )
                         self._traces.setdefault(span.trace_id.hex(), []).append(one)
 
     def _search(self, query: dict[str, list[str]]) -> dict[str, Any]:

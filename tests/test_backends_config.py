@@ -18,7 +18,9 @@ import yaml
 from _backends import BACKENDS, CFG, JAEGER_CONFIG, PROMETHEUS_CONFIG, ROOT, need, versions
 
 COLLECTOR_CONFIGS = sorted(
-    p for p in CFG.glob("*.yaml") if "pipelines" in (yaml.safe_load(p.read_text()).get("service") or {})
+    p
+    for p in CFG.glob("*.yaml")
+    if "pipelines" in (yaml.safe_load(p.read_text()).get("service") or {})
 )
 MANIFEST = BACKENDS / "otelcol-builder.yaml"
 
@@ -89,7 +91,9 @@ def test_builder_manifest_has_exactly_the_components_the_configs_use() -> None:
             assert version == f"v{v['OTELCOL_VERSION']}", entry
             # Module names end in <type><kind>, e.g. .../processor/tailsamplingprocessor.
             last = module.rsplit("/", 1)[1]
-            built.setdefault(kind, set()).add(re.sub(r"(receiver|processor|exporter|connector|extension)$", "", last))
+            built.setdefault(kind, set()).add(
+                re.sub(r"(receiver|processor|exporter|connector|extension)$", "", last)
+            )
     for entry in manifest["providers"]:
         assert entry["gomod"].split()[1] == f"v{v['OTELCOL_CONFMAP_VERSION']}", entry
     used: dict[str, set[str]] = {}
@@ -97,7 +101,11 @@ def test_builder_manifest_has_exactly_the_components_the_configs_use() -> None:
         cfg = yaml.safe_load(path.read_text())
         for kind in built:
             used.setdefault(kind, set()).update(_component_types(cfg, kind))
-    aliases = {"healthcheck": "health_check", "memorylimiter": "memory_limiter", "tailsampling": "tail_sampling"}
+    aliases = {
+        "healthcheck": "health_check",
+        "memorylimiter": "memory_limiter",
+        "tailsampling": "tail_sampling",
+    }
     built = {k: {aliases.get(t, t) for t in ts} for k, ts in built.items()}
     built["exporters"].discard("debug")  # for a user's troubleshooting, in no shipped config
     assert built == used

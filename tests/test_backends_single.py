@@ -28,7 +28,7 @@ from _tempo_api import TempoAPI
 
 pytest.importorskip("skyrl_gym")
 
-from otel_rollout.report import read_source, read_trace_file  # noqa: E402
+from otel_rollout.report import read_source, read_trace_file
 
 N = 16
 SERVICE = "otel-rollout-demo"
@@ -83,6 +83,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
                 "PROMETHEUS_OTLP_URL": (
                     f"http://127.0.0.1:{r.prom.ports['http']}/api/v1/otlp/v1/metrics"
                 ),
+                "SPANMETRICS_FLUSH_INTERVAL": "1s",
             },
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -97,7 +98,14 @@ def run(tmp_path_factory: pytest.TempPathFactory):
         out.mkdir()
         with stack.logs_on_failure():
             res = subprocess.run(
-                [sys.executable, str(ROOT / "tests" / "_traced_run.py"), "demo", str(N), "4", str(out)],
+                [
+                    sys.executable,
+                    str(ROOT / "tests" / "_traced_run.py"),
+                    "demo",
+                    str(N),
+                    "4",
+                    str(out),
+                ],
                 env=env,
                 capture_output=True,
                 text=True,
@@ -214,11 +222,9 @@ def _wait_prom(run: Run, expr: str, ok: Any, timeout_s: float = 60) -> float:
 def test_prometheus_holds_the_histograms_and_spanmetrics(run: Run) -> None:
     with run.stack.logs_on_failure():
         _wait_prom(run, "sum(rollout_trajectory_duration_seconds_count)", lambda v: v == N)
-        # Each phase histogram counts each phase span once.
-        phases = Counter()
-        for b in run.online:
-            pass
-        per_env = prom_query(run.prom, "sum by (rollout_env_class) (rollout_trajectory_duration_seconds_count)")
+        per_env = prom_query(
+            run.prom, "sum by (rollout_env_class) (rollout_trajectory_duration_seconds_count)"
+        )
         counts = {r["metric"]["rollout_env_class"]: float(r["value"][1]) for r in per_env}
         assert counts == {
             env: float(sum(1 for b in run.online if b["env_class"] == env))
@@ -230,7 +236,9 @@ def test_prometheus_holds_the_histograms_and_spanmetrics(run: Run) -> None:
         phase_series = prom_query(
             run.prom, "sum by (rollout_phase) (traces_span_metrics_duration_seconds_count)"
         )
-        phases.update({r["metric"].get("rollout_phase", ""): float(r["value"][1]) for r in phase_series})
+        phases = Counter(
+            {r["metric"].get("rollout_phase", ""): float(r["value"][1]) for r in phase_series}
+        )
         assert {"llm", "env", "env_setup", "env_teardown"} <= set(phases), phases
         resource = prom_query(run.prom, "rollout_trajectory_duration_seconds_count")
         assert all("rollout_run_id" in r["metric"] for r in resource), resource[:1]
@@ -245,7 +253,9 @@ def test_an_exemplar_names_a_trace_jaeger_returns(run: Run) -> None:
         )
 
         def exemplar_ids() -> set[str]:
-            body = get_json(f"http://127.0.0.1:{run.prom.ports['http']}/api/v1/query_exemplars?{qs}")
+            body = get_json(
+                f"http://127.0.0.1:{run.prom.ports['http']}/api/v1/query_exemplars?{qs}"
+            )
             return {
                 e["labels"].get("trace_id", "")
                 for series in body["data"]

@@ -65,7 +65,8 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
 
     try:
         result = read_sources(args.source, bands=bands, service=args.service, emit=emit,
-                              warn=_Warnings(sys.stderr))  # fmt: skip
+                              warn=_Warnings(sys.stderr), since=args.since,
+                              until=args.until)  # fmt: skip
     except TraceReadError as exc:
         print(f"otel-rollout report: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

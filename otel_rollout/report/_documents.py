@@ -110,6 +110,8 @@ def spans_from_document(doc: Any) -> list[RawSpan]:
         return _jaeger_spans(doc)
     if "trace" in doc and isinstance(doc["trace"], Mapping):  # Tempo v2 API
         doc = doc["trace"]
+    elif "result" in doc and isinstance(doc["result"], Mapping):  # Jaeger /api/v3
+        doc = doc["result"]
     if "resourceSpans" in doc or "batches" in doc:
         return _otlp_spans(doc)
     raise TraceReadError("no resourceSpans/batches (OTLP) or data (Jaeger) key")

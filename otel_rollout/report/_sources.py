@@ -5,9 +5,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from otel_rollout.report._assemble import TraceAssembler
@@ -15,11 +18,21 @@ from otel_rollout.report._documents import parse_document
 from otel_rollout.report._files import Warn, iter_file_spans
 from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError, TrajectoryTrace
 
+#: Jaeger's query service looks back this far when a search names no start (its default).
+JAEGER_LOOKBACK_NS = 2 * 24 * 3600 * 10**9
+#: Traces asked of a search API at most (Tempo answers 20 when a search names no limit).
+SEARCH_LIMIT = 10000
 
-def _get(url: str, timeout: float = 30.0) -> Any:
+
+def _get(url: str, timeout: float = 30.0, *, missing: Any = ...) -> Any:
+    """The JSON at ``url``; a 404 answers ``missing`` when one is given."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             raw = resp.read().decode("utf-8")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404 and missing is not ...:
+            return missing
+        raise TraceReadError(f"{url}: request failed: {exc}") from None
     except (OSError, ValueError) as exc:  # ValueError: a malformed URL, bytes not UTF-8
         raise TraceReadError(f"{url}: request failed: {exc}") from None
     try:
@@ -29,8 +42,14 @@ def _get(url: str, timeout: float = 30.0) -> Any:
 
 
 def _tempo(url: str) -> list[RawSpan]:
+    """Tempo: its search, then each trace by id (``/api/v2/traces/<id>``, OTLP JSON under
+    ``trace``; ``/api/traces/<id>`` for a Tempo without the v2 API)."""
     parts = urllib.parse.urlsplit(url)
     base = f"{parts.scheme}://{parts.netloc}"
+    query = urllib.parse.parse_qs(parts.query)
+    if "limit" not in query:
+        sep = "&" if parts.query else "?"
+        url = f"{url}{sep}limit={SEARCH_LIMIT}"
     search = _get(url)
     hits = search.get("traces", []) if isinstance(search, dict) else None
     if not isinstance(hits, list | None) or not all(isinstance(h, dict) for h in hits or []):
@@ -38,21 +57,45 @@ def _tempo(url: str) -> list[RawSpan]:
     spans: list[RawSpan] = []
     for tr in hits or []:
         tid = tr.get("traceID") or tr.get("traceId")
-        turl = f"{base}/api/traces/{tid}"
-        spans.extend(parse_document(_get(turl), turl))
+        turl = f"{base}/api/v2/traces/{tid}"
+        doc = _get(turl, missing=None)
+        if doc is None:
+            turl = f"{base}/api/traces/{tid}"
+            doc = _get(turl)
+        spans.extend(parse_document(doc, turl))
     return spans
 
 
-def _url_spans(url: str, service: str | None) -> list[RawSpan]:
+def _rfc3339(ns: int) -> str:
+    secs, frac = divmod(ns, 10**9)
+    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def _jaeger_url(base: str, service: str | None, since: int | None, until: int | None) -> str:
+    """Jaeger's OTLP API (``/api/v3/traces``: nanosecond times, unlike ``/api/traces``'s
+    microseconds) for ``service``'s traces that started in [since, until]."""
+    now = time.time_ns()
+    start = since if since is not None else now - JAEGER_LOOKBACK_NS
+    end = until if until is not None else now + 60 * 10**9
+    query = {
+        "query.service_name": service or "otel-rollout-demo",
+        "query.start_time_min": _rfc3339(start),
+        "query.start_time_max": _rfc3339(end),
+        "query.num_traces": SEARCH_LIMIT,
+    }
+    return base.rstrip("/") + "/api/v3/traces?" + urllib.parse.urlencode(query)
+
+
+def _url_spans(
+    url: str, service: str | None, since: int | None = None, until: int | None = None
+) -> list[RawSpan]:
     if "/api/search" in url:
         return _tempo(url)
-    if "/api/traces" not in url:
-        url = (
-            url.rstrip("/")
-            + "/api/traces?"
-            + urllib.parse.urlencode({"service": service or "otel-rollout-demo", "limit": 10000})
-        )
-    return parse_document(_get(url), url)
+    if "/api/" not in url:  # a Jaeger base URL
+        url = _jaeger_url(url, service, since, until)
+    # Jaeger's /api/v3 answers 404 when no trace matches.
+    doc = _get(url, missing={"result": {"resourceSpans": []}} if "/api/v3/" in url else ...)
+    return parse_document(doc, url)
 
 
 def is_url(source: str) -> bool:
@@ -75,10 +118,11 @@ def expand(sources: Iterable[str]) -> list[str]:
 
 
 def _spans(sources: Sequence[str], service: str | None, result: ReadResult,
-           warn: Warn | None) -> Iterator[RawSpan]:  # fmt: skip
+           warn: Warn | None, since: int | None = None,
+           until: int | None = None) -> Iterator[RawSpan]:  # fmt: skip
     for source in sources:
         if is_url(source):
-            yield from _url_spans(source, service)
+            yield from _url_spans(source, service, since, until)
         else:
             yield from iter_file_spans(source, result, warn)
 
@@ -90,6 +134,8 @@ def read_sources(
     service: str | None = None,
     emit: Callable[[TrajectoryTrace], object] | None = None,
     warn: Warn | None = None,
+    since: int | None = None,
+    until: int | None = None,
 ) -> ReadResult:
     """Every trajectory in ``sources`` (files, globs, Jaeger or Tempo URLs), read as one
     stream: a trajectory split across rotated files is put back together.
@@ -97,7 +143,9 @@ def read_sources(
     With ``emit``, each trajectory is handed to it and not kept (memory stays bounded
     whatever the input's size); else they are kept in ``ReadResult.trajectories``. Bad
     lines go to ``warn`` (default: :func:`warnings.warn`) and every loss is counted in
-    ``ReadResult.losses``. Raises :class:`TraceReadError` for input that cannot be read.
+    ``ReadResult.losses``. ``since``/``until`` (unix ns) bound a Jaeger base URL's search
+    (default: Jaeger's own two days back). Raises :class:`TraceReadError` for input that
+    cannot be read.
     """
     result = ReadResult()
     keep = emit or result.trajectories.append
@@ -109,7 +157,7 @@ def read_sources(
                 inner(t)
 
     assembler = TraceAssembler(keep, result, bands=bands)
-    for span in _spans(expand(sources), service, result, warn):
+    for span in _spans(expand(sources), service, result, warn, since, until):
         assembler.add(span)
     return assembler.finish()
 
@@ -117,5 +165,6 @@ def read_sources(
 def read_source(
     source: str, *, bands: dict[str, str] | None = None, service: str | None = None
 ) -> ReadResult:
-    """Breakdowns from a trace file, a Jaeger ``/api/traces?...`` or Tempo ``/api/search``."""
+    """Breakdowns from a trace file, a Jaeger URL (its base URL, ``/api/v3/traces?...`` or
+    ``/api/traces?...``) or a Tempo ``/api/search?...`` URL."""
     return read_sources([source], bands=bands, service=service)
