@@ -166,7 +166,10 @@ class Rollout:
             print(f"  {band:<13} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
         print(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}", file=out)
         if self.trace_file is not None:
-            print(f"  traces: {self.trace_file}", file=out)
+            f = self.trace_file
+            more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
+            shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
+            print(f"  traces: {shown}", file=out)
 
 
 def _stop_providers(tracer_provider: Any, meter_provider: Any, closers: list) -> None:

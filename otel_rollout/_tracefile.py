@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -81,11 +82,13 @@ class RotatingTraceFile(SpanExporter):
         self._failing = False
         self.paths: list[Path] = []
         self._open(self._first)
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (e := ref()) and e._after_fork())
 
     @property
     def path(self) -> Path:
         """The file being written."""
-        return self.paths[-1]
+        return self.paths[-1] if self.paths else self._first
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -124,6 +127,18 @@ class RotatingTraceFile(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True  # every line is handed to the OS as it is exported
 
+    def _after_fork(self) -> None:
+        """A forked child writes files of its own (``traces-X-<pid>.jsonl``...), so two
+        processes never append to, rotate or cut back the same file."""
+        self._lock = threading.Lock()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._first = self._first.with_name(f"{self._first.stem}-{os.getpid()}{self._first.suffix}")
+        self._index = 0
+        self.paths = []  # opened at the child's first write: a child that never traces
+        # leaves no file
+
     # --- internals (under the lock) -----------------------------------------------------------
     def _open(self, path: Path) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -145,6 +160,9 @@ class RotatingTraceFile(SpanExporter):
                 self._fd = None
 
     def _rotate_if_due(self, incoming: int) -> None:
+        if not self.paths:  # a forked child's first write
+            self._open(self._first)
+            return
         if self._fd is not None and self._size == 0:
             return  # an empty file takes any batch
         too_big = self._max_bytes is not None and self._size + incoming > self._max_bytes

@@ -207,7 +207,8 @@ def test_configure_rotates_its_trace_file_as_the_variables_say(tmp_path, monkeyp
                  "OTEL_TRACES_EXPORTER", "OTEL_ROLLOUT_TRACES_EXPORTER"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_MAX_MB", "0.002")  # about 2 KB
-    rollout = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
+    summary = io.StringIO()
+    rollout = configure(local=True, output_dir=tmp_path, summary_stream=summary)
     for i in range(20):
         _run(rollout.tracer, 1, start=i)
         assert rollout.force_flush()  # one batch a line
@@ -215,5 +216,30 @@ def test_configure_rotates_its_trace_file_as_the_variables_say(tmp_path, monkeyp
     first = rollout.trace_file
     files = sorted(tmp_path.glob(f"{first.stem}*.jsonl"))
     assert files[0] == first and len(files) > 2
+    assert f"traces: {tmp_path / first.stem}*.jsonl ({len(files)} files)" in summary.getvalue()
     res = read_sources([str(p) for p in files])
     assert len(res.trajectories) == 20 and res.losses == {}
+
+
+def test_a_forked_child_writes_its_own_files(tmp_path):
+    path = tmp_path / "traces-x.jsonl"
+    exporter = RotatingTraceFile(path, max_bytes=None, max_age_s=None)
+    tracer, _ = _tracer(exporter)
+    _run(tracer, 1)
+    pid = os.fork()
+    if pid == 0:  # the child: trace, export, leave without running the parent's handlers
+        code = 1
+        try:
+            _run(tracer, 2, start=100)
+            code = 0 if exporter.path.name == f"traces-x-{os.getpid()}.jsonl" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _run(tracer, 1, start=1)
+    exporter.shutdown()
+    child = tmp_path / f"traces-x-{pid}.jsonl"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, child.name])
+    parent_ids = {t.breakdown.trajectory_id for t in read_sources([str(path)]).trajectories}
+    child_ids = {t.breakdown.trajectory_id for t in read_sources([str(child)]).trajectories}
+    assert parent_ids == {"t0", "t1"} and child_ids == {"t100", "t101"}
