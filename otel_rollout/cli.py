@@ -37,23 +37,29 @@ def _need(*modules: str) -> None:
         )
 
 
+#: Times accepted by --since/--until: from 1970 to the end of year 9999 (unix seconds).
+_LAST_SECOND = 253402300799
+
+
 def _parse_time(value: str) -> int:
-    """ISO 8601 time (or unix seconds) as unix nanoseconds."""
+    """ISO 8601 time (or unix seconds) as unix nanoseconds, between 1970 and 9999."""
     try:
         seconds = float(value)
     except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds) or abs(seconds) > 1e11:
-            raise argparse.ArgumentTypeError(f"not a time: {value!r} (unix seconds or ISO 8601)")
-        return int(seconds * 1e9)
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO time or unix seconds: {value!r}") from exc
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1e9)
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not an ISO time or unix seconds: {value!r}"
+            ) from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        seconds = dt.timestamp()
+    if not math.isfinite(seconds) or not 0 <= seconds <= _LAST_SECOND:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {value!r} (unix seconds or ISO 8601, from 1970 to 9999)"
+        )
+    return int(seconds * 1e9)
 
 
 def _parse_band(item: str) -> tuple[str, str]:

@@ -30,6 +30,7 @@ from otel_rollout.report import (
 from otel_rollout.report._model import (
     LOSS_BAD_LINE,
     LOSS_DUPLICATE,
+    LOSS_EVICTED,
     LOSS_INCOMPLETE,
     LOSS_INVERTED,
     LOSS_MISSING_START,
@@ -269,7 +270,7 @@ def test_band_must_name_a_band(tmp_path, capsys):
         main(["report", str(f), "--band", "llm"])
 
 
-@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "yesterday"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "-5", "0001-01-01", "yesterday"])
 def test_since_must_be_a_time(tmp_path, capsys, value):
     f = _write(tmp_path / "t.jsonl", _line(_trajectory(1)))
     with pytest.raises(SystemExit) as exc:
@@ -330,6 +331,20 @@ def test_assembler_holds_a_bounded_number_of_spans_whatever_the_input_size():
     assert len(got) == 2000 and result.losses == {}
     assert asm.peak_buffered_spans <= 100
     assert all(t.breakdown.nanos["llm"] == 30 for t in got)
+
+
+def test_a_full_read_buffer_finishes_the_oldest_trace_early_and_counts_it():
+    result = ReadResult()
+    got = []
+    asm = TraceAssembler(got.append, result, window_spans=1000, max_buffered_spans=4)
+    other = _span(99, 1, None, "GET /", T0, T0 + 5)  # another service's trace: no loss
+    phases = _trajectory(1)[:-1]  # a trajectory whose root never comes
+    for doc_span in [other, *phases, *_trajectory(2)]:
+        (span,) = _spans_of(doc_span)
+        asm.add(span)
+    asm.finish()
+    assert [t.breakdown.trajectory_id for t in got] == ["t2"]
+    assert result.losses == {LOSS_EVICTED: 1, LOSS_INCOMPLETE: 1}
 
 
 def _spans_of(span_doc) -> list[RawSpan]:

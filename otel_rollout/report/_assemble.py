@@ -144,7 +144,7 @@ class TraceAssembler:
         if len(self._done) > REMEMBERED_TRACES:
             self._done.popitem(last=False)
         result = self._result
-        if cut:
+        if cut and (trace.roots or trace.has_phase):  # not another service's trace
             result.lose(LOSS_EVICTED)
         if not trace.roots:
             if trace.has_phase:
