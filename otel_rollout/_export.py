@@ -25,6 +25,7 @@ from otel_rollout import _attributes as A
 from otel_rollout._fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout.export")
+_metrics_log = logging.getLogger("otel_rollout.export.metrics")
 
 REASON_QUEUE_FULL = "queue_full"
 REASON_EXPORT_FAILED = "export_failed"
@@ -270,7 +271,7 @@ def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoin
                 _quiet.on = False
             if result is MetricExportResult.SUCCESS:
                 if self.failing:
-                    _log.warning(
+                    _metrics_log.warning(
                         "otel-rollout: metric export to %s resumed after %d failed exports",
                         target, self.failed,
                     )  # fmt: skip
@@ -280,7 +281,7 @@ def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoin
             if not self.failing:
                 self.failing = True
                 why = f": {type(error).__name__}: {error}" if error is not None else ""
-                _log.warning(
+                _metrics_log.warning(
                     "otel-rollout: metric export to %s failed%s; retried every interval and "
                     "logged again only when it recovers",
                     target, why,
@@ -297,6 +298,6 @@ def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoin
             try:
                 exporter.shutdown(timeout_millis=timeout_millis, **kw)
             except Exception as exc:
-                _log.warning("otel-rollout: metric exporter shutdown failed: %s", exc)
+                _metrics_log.warning("otel-rollout: metric exporter shutdown failed: %s", exc)
 
     return _GuardedMetricExporter()
