@@ -9,7 +9,11 @@ the trajectories alone, start-up and imports cancelled out.
 
     python benchmarks/instructions.py [--trajectories 200]
 
-Needs ``valgrind`` (Debian package ``valgrind``); takes about four minutes on 2 cores.
+The last line is the cost of the GenAI client metrics (``GenAIMetricsProcessor``: a
+duration and two token-usage records per generate) as a share of otel-rollout's own
+per-trajectory overhead over the bare SDK.
+
+Needs ``valgrind`` (Debian package ``valgrind``); takes about seven minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -25,7 +29,23 @@ MODES = {
     "bare": "bare SDK + batch export",
     "nometrics": "otel-rollout, no histograms",
     "ours": "otel-rollout + histograms",
+    "tokens": "otel-rollout + histograms, token counts recorded",
+    "genai": "as tokens + GenAI client metrics",
 }
+
+
+def tokens_tree(tracer) -> None:
+    """The 10-turn trajectory of ``overhead.rollout_tree``, each generate recording usage."""
+    with tracer.trajectory("x", env="bench", model="m") as traj:
+        with traj.env_setup():
+            pass
+        for _ in range(10):
+            with traj.generate() as gen:
+                gen.record(input_tokens=512, output_tokens=128, finish_reasons="stop")
+            with traj.env_step():
+                pass
+        with traj.env_teardown():
+            pass
 
 
 def _run_one(mode: str, n: int) -> None:
@@ -36,16 +56,19 @@ def _run_one(mode: str, n: int) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from overhead import NullExporter, bare_tree, rollout_tree
 
-    from otel_rollout import BreakdownProcessor, RolloutTracer
+    from otel_rollout import BreakdownProcessor, GenAIMetricsProcessor, RolloutTracer
 
     provider = TracerProvider()
     if mode == "bare":
         tracer, tree = provider.get_tracer("bench"), bare_tree
     else:
         meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        processor = BreakdownProcessor(meters, record_metrics=mode == "ours")
+        processor = BreakdownProcessor(meters, record_metrics=mode != "nometrics")
         provider.add_span_processor(processor)
-        tracer, tree = RolloutTracer(provider, processor=processor), rollout_tree
+        if mode == "genai":
+            provider.add_span_processor(GenAIMetricsProcessor(meters))
+        tree = tokens_tree if mode in ("tokens", "genai") else rollout_tree
+        tracer = RolloutTracer(provider, processor=processor)
     # A long delay and a big queue: the export thread stays out of the count.
     provider.add_span_processor(
         BatchSpanProcessor(NullExporter(), schedule_delay_millis=600_000, max_queue_size=1 << 20)
@@ -84,7 +107,9 @@ def main() -> int:
         ("ratio otel-rollout / bare SDK", f"{per['ours'] / per['bare']:7.3f}"),
         ("ratio without histograms / bare SDK", f"{per['nometrics'] / per['bare']:7.3f}"),
         ("per histogram record (7 per trajectory)", f"{hist / 1e3:7.1f} k instructions"),
-    ]
+        ("GenAI client metrics / otel-rollout's overhead",
+         f"{(per['genai'] - per['tokens']) / (per['tokens'] - per['bare']):7.3f}"),
+    ]  # fmt: skip
     for label, value in rows:
         print(f"{label:<48}: {value}")
     return 0

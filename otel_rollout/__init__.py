@@ -23,6 +23,7 @@ from otel_rollout._config import ConfigError, Rollout, configure
 from otel_rollout._console import ConsoleTreeExporter
 from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._export import ExportStats, guarded_batch_processor
+from otel_rollout._genai_metrics import GenAIMetricsProcessor
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._rollout import get_rollout
 from otel_rollout._sampling import RecordingRatioSampler
@@ -53,6 +54,7 @@ __all__ = [
     "ConfigError",
     "ConsoleTreeExporter",
     "ExportStats",
+    "GenAIMetricsProcessor",
     "Generation",
     "Phase",
     "PhaseInterval",

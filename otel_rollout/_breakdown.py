@@ -24,6 +24,7 @@ Rules (DESIGN.md, "Accounting"):
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from otel_rollout import _attributes as A
+from otel_rollout._semconv import bounded_status
 
 _NS = 1e-9
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
@@ -134,6 +136,8 @@ class Breakdown:
     env_queue_sum: float = 0.0
     #: Time in ``finish_session`` phases, outside ``e2e`` (the root's interval is both).
     finish_session: float = 0.0
+    #: The trajectory's reward (``rollout.trajectory.reward``), when it was set.
+    reward: float | None = None
 
     def __reduce__(self) -> tuple[Any, tuple]:
         # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
@@ -225,6 +229,8 @@ def root_labels(attrs: Mapping[str, Any], error: bool) -> tuple[str, Any, Any, d
     status = attrs.get(A.STATUS)
     if not isinstance(status, str) or not status:
         status = A.STATUS_ERROR if error else A.STATUS_OK
+    else:  # a free-form status never becomes a metric label
+        status = bounded_status(status)
     env_class = attrs.get(A.ENV_CLASS)
     model = attrs.get(A.GEN_AI_REQUEST_MODEL)
     labels: dict[str, Any] = {A.STATUS: status}
@@ -249,6 +255,7 @@ def compute_breakdown(
     attributes: Mapping[str, Any] | None = None,
     batch_id: str | None = None,
     policy_version: int | None = None,
+    reward: float | None = None,
 ) -> Breakdown:
     """Compute the breakdown of a trajectory from its root interval and outermost phases.
 
@@ -346,6 +353,7 @@ def compute_breakdown(
         env_queue=nanos[A.PHASE_ENV_QUEUE] * _NS,
         env_queue_sum=queue_sum * _NS,
         finish_session=outside_len * _NS,
+        reward=_finite_or_none(reward),
     )
 
 
@@ -378,6 +386,7 @@ def root_breakdown(
         attributes=labels,
         batch_id=attributes.get(A.BATCH_ID),
         policy_version=attributes.get(A.POLICY_VERSION),
+        reward=attributes.get(A.REWARD),
     )
 
 
@@ -399,6 +408,12 @@ def breakdown_from_tree(
         root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands
     )
     return bd, phases
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _int_or_none(value: Any) -> int | None:

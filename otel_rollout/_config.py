@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from opentelemetry import metrics, trace
 
+from otel_rollout._genai_metrics import GenAIMetricsProcessor
 from otel_rollout._pipeline import TracePipeline, metric_readers, otlp_exporter
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._resource import build_resource
@@ -71,6 +72,7 @@ def configure(
     trace_file_max_mb: float | None = None,
     trace_file_max_age_s: float | None = None,
     metric_export_interval_ms: int | None = None,
+    genai_metrics: bool | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
     bands: Mapping[str, str] | None = None,
     on_breakdown: Callable[[Any], Any] | None = None,
@@ -101,6 +103,7 @@ def configure(
             trace_file_max_mb=trace_file_max_mb,
             trace_file_max_age_s=trace_file_max_age_s,
             metric_export_interval_ms=metric_export_interval_ms,
+            genai_metrics=genai_metrics,
             resource_attributes=resource_attributes,
             bands=bands,
         )
@@ -153,6 +156,8 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
                                      sampler=RecordingRatioSampler(settings.sample_ratio),
                                      shutdown_on_exit=False)  # fmt: skip
     tracer_provider.add_span_processor(processor)
+    if settings.genai_metrics:
+        tracer_provider.add_span_processor(GenAIMetricsProcessor(meter_provider))
 
     pipeline = TracePipeline(settings, meter_provider)
     try:

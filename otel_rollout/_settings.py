@@ -199,6 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trace_file_max_age_s", ("OTEL_ROLLOUT_TRACE_FILE_MAX_AGE_S",),
             Number(0, unit="seconds"), 3600, "the trace file moves on to a new file once it "
             "is this old (0: never for age)"),
+    Setting("genai_metrics", ("OTEL_ROLLOUT_GENAI_METRICS",), Bool(), False,
+            "also record the GenAI client metrics (gen_ai.client.operation.duration, "
+            "gen_ai.client.token.usage) for every generate call"),
     Setting("metric_export_interval_ms", ("OTEL_METRIC_EXPORT_INTERVAL",),
             Number(0, low_open=True, integer=True, unit="ms"), 60000,
             "metric export interval (OTLP, console)"),
@@ -240,6 +243,7 @@ class Settings:
     output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
     trace_file_max_mb: float = 128
     trace_file_max_age_s: float = 3600
+    genai_metrics: bool = False
     metric_export_interval_ms: int = 60000
     bsp_max_queue_size: int = 2048
     prometheus_host: str = "127.0.0.1"

@@ -15,6 +15,7 @@ from otel_rollout._breakdown import Breakdown
 from otel_rollout._fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout")
+from otel_rollout._reward import reward_keys, reward_vs_latency
 
 #: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``, with the
 #: :class:`Breakdown` field it is computed from; the one place these keys are written.
@@ -43,6 +44,10 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
     ``sum(env) / (sum(llm) + sum(env))``. Statistics are computed from the trajectories
     themselves, so the summary of two batches together is ``summarize(a + b)``, never a
     merge of two summaries. No breakdowns give an empty dict.
+
+    Where rewards are known (``Trajectory.set_reward``), also the mean reward per env
+    class by e2e decile and by turn count (:func:`~otel_rollout._reward.reward_keys`):
+    do slow trajectories succeed less?
     """
     items = breakdowns if isinstance(breakdowns, Sequence) else list(breakdowns)
     if not items:
@@ -51,7 +56,9 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
         attr: np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
         for _, attr in _KEY_NAMES
     }
-    return summarize_columns(columns, prefix=prefix)
+    out = summarize_columns(columns, prefix=prefix)
+    out.update(reward_keys(reward_vs_latency(items), prefix))
+    return out
 
 
 #: The :class:`Breakdown` fields :func:`summarize_columns` reads, one column each.

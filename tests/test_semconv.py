@@ -12,6 +12,7 @@ import yaml
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+import otel_rollout
 from otel_rollout import _attributes as A
 from otel_rollout._semconv import bounded_status
 from otel_rollout.testing import make_test_env
@@ -232,3 +233,64 @@ def test_status_text_stays_on_the_span_and_never_reaches_metrics(rollout_env):
 
 def test_dashboard_is_valid_json():
     json.loads((ROOT / "deploy/grafana/dashboards/rollout.json").read_text())
+
+
+# --- GenAI client metrics ------------------------------------------------------------------
+def test_genai_client_metrics_follow_the_conventions(rollout_env):
+    rollout_env.tracer_provider.add_span_processor(
+        otel_rollout.GenAIMetricsProcessor(rollout_env.meter_provider)
+    )
+    for i in range(3):
+        with rollout_env.tracer.trajectory(f"inst-{i}_0", env="gsm8k", model="qwen3-8b") as t:
+            with t.generate(provider="vllm") as g:
+                g.record(input_tokens=100, output_tokens=10 + i, response_model="qwen3-8b-awq")
+            with t.env_step():
+                pass
+    (duration,) = rollout_env.metric_points(A.METRIC_GENAI_OPERATION_DURATION)
+    assert duration.count == 3
+    assert tuple(duration.explicit_bounds) == A.GENAI_DURATION_BUCKETS
+    assert dict(duration.attributes) == {
+        A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
+        A.GEN_AI_PROVIDER_NAME: "vllm",
+        A.GEN_AI_REQUEST_MODEL: "qwen3-8b",
+        A.GEN_AI_RESPONSE_MODEL: "qwen3-8b-awq",
+    }  # no ids: no conversation, trajectory or response id
+    usage = {
+        p.attributes[A.GEN_AI_TOKEN_TYPE]: p
+        for p in rollout_env.metric_points(A.METRIC_GENAI_TOKEN_USAGE)
+    }
+    assert (usage["input"].sum, usage["output"].sum) == (300, 33)
+    assert tuple(usage["input"].explicit_bounds) == A.GENAI_TOKEN_BUCKETS
+    metrics = rollout_env.metric_reader.get_metrics_data().resource_metrics[0].scope_metrics
+    units = {m.name: m.unit for sm in metrics for m in sm.metrics}
+    assert units[A.METRIC_GENAI_OPERATION_DURATION] == "s"
+    assert units[A.METRIC_GENAI_TOKEN_USAGE] == "{token}"
+
+
+def test_failed_generate_carries_its_error_type(rollout_env):
+    rollout_env.tracer_provider.add_span_processor(
+        otel_rollout.GenAIMetricsProcessor(rollout_env.meter_provider)
+    )
+    with pytest.raises(TimeoutError), rollout_env.tracer.trajectory() as t, t.generate():
+        raise TimeoutError
+    (point,) = rollout_env.metric_points(A.METRIC_GENAI_OPERATION_DURATION)
+    assert point.attributes[A.ERROR_TYPE] == "TimeoutError"
+
+
+def test_genai_metrics_are_off_unless_asked(tmp_path, monkeypatch):
+    def processors(rollout):
+        return [
+            type(p).__name__
+            for p in rollout.tracer_provider._active_span_processor._span_processors
+        ]
+
+    off = otel_rollout.configure(local=True, output_dir=tmp_path, metrics_exporter="none")
+    on = otel_rollout.configure(
+        local=True, output_dir=tmp_path, metrics_exporter="none", genai_metrics=True
+    )
+    try:
+        assert "GenAIMetricsProcessor" not in processors(off)
+        assert "GenAIMetricsProcessor" in processors(on)
+    finally:
+        off.shutdown()
+        on.shutdown()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from otel_rollout._breakdown import Breakdown, PhaseInterval
+from otel_rollout._reward import RewardColumns, reward_keys
 from otel_rollout._summary import SUMMARY_FIELDS, summarize_columns
 from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
@@ -32,6 +33,8 @@ class ReportData:
         self._tie = itertools.count()
         #: Trajectories with a batch id, by batch (the batch view).
         self.batches = BatchGroups()
+        #: (e2e, turns, reward) of the trajectories with a reward, per env class.
+        self.rewards = RewardColumns()
 
     @classmethod
     def of(
@@ -55,6 +58,7 @@ class ReportData:
         for f in SUMMARY_FIELDS:
             cols[f].append(getattr(b, f))
         self.batches.add(b)
+        self.rewards.add_breakdown(b)
         item = (b.e2e, next(self._tie), trajectory)
         if len(self._heap) < self._k:
             heapq.heappush(self._heap, item)
@@ -75,7 +79,9 @@ class ReportData:
             return {}
         groups = self.groups()
         columns = {f: np.concatenate([g[2][f] for g in groups]) for f in SUMMARY_FIELDS}
-        return summarize_columns(columns, prefix=prefix)
+        out = summarize_columns(columns, prefix=prefix)
+        out.update(reward_keys(self.rewards.analyses(), prefix))
+        return out
 
     def slowest(self) -> list[TrajectoryTrace]:
         """The slowest trajectories, slowest first."""

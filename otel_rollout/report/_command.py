@@ -80,12 +80,18 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
     from rich.console import Console
 
-    from otel_rollout.report._tables import print_losses, print_slowest, print_table
+    from otel_rollout.report._tables import (
+        print_losses,
+        print_rewards,
+        print_slowest,
+        print_table,
+    )
 
     console = Console()
     if data.count:
         print_table(console, data, f"report: {' '.join(args.source)}")
         print_slowest(console, data)
+        print_rewards(console, data)
         if len(data.batches):
             show_batches(console, data, result.batches, args.output_dir,
                          getattr(args, "jaeger_url", None))  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from otel_rollout._reward import analyses_dict
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._batches import LOSS_BATCH_FULL, batch_dict
 from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
@@ -13,7 +14,8 @@ from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
     ``trajectories``, ``found`` (before filters), ``incomplete`` and ``losses`` per reason;
-    with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
+    with rewards, ``reward_vs_latency``: mean reward by e2e decile and by turn count per
+    env class; with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
     out: dict[str, Any] = data.summary()
     out["trajectories"] = data.count
     out["found"] = result.found
@@ -22,6 +24,8 @@ def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     if data.batches.dropped:
         losses[LOSS_BATCH_FULL] = data.batches.dropped
     out["losses"] = dict(sorted(losses.items()))
+    if len(data.rewards):
+        out["reward_vs_latency"] = analyses_dict(data.rewards.analyses())
     if len(data.batches):
         out["batches"] = [batch_dict(v) for v in data.batches.analyses(result.batches)]
     return out

@@ -31,7 +31,12 @@ def draw(data: ReportData, out_dir: Path, stem: str = "breakdown") -> tuple[Path
     import matplotlib.pyplot as plt
 
     groups = data.groups()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+    rewards = data.rewards.analyses()
+    if rewards:
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 4.8))
+        _plot_rewards(ax3, rewards)
+    else:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     x = np.arange(len(groups))
     bottom = np.zeros(len(groups))
     for band in A.ALL_BANDS:
@@ -90,3 +95,16 @@ def draw(data: ReportData, out_dir: Path, stem: str = "breakdown") -> tuple[Path
     page_path = out_dir / f"{stem}.html"
     page_path.write_text(page, encoding="utf-8")
     return png, page_path
+
+
+def _plot_rewards(ax, analyses) -> None:
+    """Mean reward by e2e decile, a line per env class (do slow trajectories succeed less?)."""
+    for a in analyses:
+        xs = [b.label for b in a.by_e2e_decile]
+        ax.plot(xs, [b.mean_reward for b in a.by_e2e_decile], marker="o",
+                label=f"{a.env_class} (n={a.n})")  # fmt: skip
+    ax.set_xticks(range(1, 11))
+    ax.set_xlabel("e2e decile (1 = fastest tenth)")
+    ax.set_ylabel("mean reward")
+    ax.set_title("reward against latency, per env class")
+    ax.legend()

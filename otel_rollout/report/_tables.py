@@ -74,3 +74,25 @@ def print_losses(console, result: ReadResult) -> None:
         console.print(f"[yellow]{n} {reason}[/yellow]")
     if result.incomplete:
         console.print(f"incomplete trace ids: {' '.join(result.incomplete)}")
+
+
+def print_rewards(console, data: ReportData) -> None:
+    """Mean reward per env class by e2e decile (1 = fastest tenth) and by turn count."""
+    from rich import box
+    from rich.table import Table
+
+    analyses = data.rewards.analyses()
+    if not analyses:
+        return
+    t = Table(title="mean reward by e2e decile (1 = fastest) and by turns", box=box.SIMPLE_HEAD,
+              padding=(0, 1))  # fmt: skip
+    t.add_column("env class", overflow="fold", max_width=20)
+    t.add_column("n", justify="right", no_wrap=True)
+    t.add_column("by", no_wrap=True)
+    t.add_column("groups: label reward (n)", overflow="fold")
+    for a in analyses:
+        deciles = "  ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_e2e_decile)
+        turns = "  ".join(f"{b.label}:{b.mean_reward:.2f} ({b.n})" for b in a.by_turns)
+        t.add_row(a.env_class, str(a.n), "e2e decile", deciles)
+        t.add_row("", "", "turns", turns, end_section=True)
+    console.print(t)
