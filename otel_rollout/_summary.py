@@ -13,9 +13,9 @@ import numpy as np
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._fork import reset_in_child
+from otel_rollout._reward import reward_keys, reward_vs_latency
 
 _log = logging.getLogger("otel_rollout")
-from otel_rollout._reward import reward_keys, reward_vs_latency
 
 #: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``, with the
 #: :class:`Breakdown` field it is computed from; the one place these keys are written.

@@ -348,7 +348,8 @@ def test_every_argument_setting_is_a_configure_keyword_and_resolves_from_it(tmp_
               "sample_ratio": 0.5, "tail_keep_slower_than_s": 3.0, "tail_keep_percentile": 90.0,
               "output_dir": tmp_path, "metric_export_interval_ms": 1000,
               "trace_file_max_mb": 16.0, "trace_file_max_age_s": 600.0,
-              "resource_attributes": {"team": "rl"}, "bands": {"judge": "llm"}}  # fmt: skip
+              "resource_attributes": {"team": "rl"}, "bands": {"judge": "llm"},
+              "genai_metrics": True}  # fmt: skip
     arguments = [s.name for s in SETTINGS if s.argument]
     assert sorted(arguments) == sorted(values)
     for name in arguments:
