@@ -268,6 +268,11 @@ def test_one_trajectory_tree_parented_across_executor_threads(instrumented, serv
     assert g["rollout.phase"] == "llm" and g["gen_ai.usage.input_tokens"] == 5
     assert g["gen_ai.usage.output_tokens"] == 3
     assert g["gen_ai.response.finish_reasons"] == ("stop",)
+    # env.step's reward on each step span: wrong, then right
+    steps = sorted(names["env_step"], key=lambda s: s.start_time)
+    first, second = (s.attributes["rollout.step.reward"] for s in steps)
+    assert first < 1.0 and second == 1.0 == result.reward
+    assert all(s.events[-1].name == "gen_ai.evaluation.result" for s in steps)
     (b,) = env.breakdowns
     assert b.turns == 2 and b.env_steps == 2 and b.env_setup > 0
     # SkyRL's e2e_time and the breakdown's e2e measure the same interval: the root less

@@ -167,6 +167,39 @@ def _take_setup(env: Any, state: _State) -> Phase | None:
     return setup
 
 
+def _record_step_reward(output: Any) -> None:
+    """The ``reward`` of an ``env.step`` output, on the env step span it ran in."""
+    try:
+        reward = output.get("reward") if isinstance(output, dict) else None
+        span = trace.get_current_span()
+        attrs = getattr(span, "attributes", None) or {}
+        if reward is not None and attrs.get(A.PHASE) == A.PHASE_ENV:
+            Phase(span).set_reward(reward)
+    except Exception as exc:
+        internal_error("skyrl step reward", exc)
+
+
+def _step_rewarded(step: Any) -> Any:
+    """``env.step`` recording the reward it returns (per-step rewards on the step spans)."""
+    if inspect.iscoroutinefunction(step):
+
+        @functools.wraps(step)
+        async def async_step(*a: Any, **kw: Any) -> Any:
+            output = await step(*a, **kw)
+            _record_step_reward(output)
+            return output
+
+        return async_step
+
+    @functools.wraps(step)
+    def sync_step(*a: Any, **kw: Any) -> Any:
+        output = step(*a, **kw)
+        _record_step_reward(output)
+        return output
+
+    return sync_step
+
+
 def _wrap_env(env: Any, state: _State) -> Any:
     """Wrap init/step/close on the instance, for calls that do not go through
     ``_run_in_executor_if_available`` (timed there, on the loop); spans parent to the
@@ -213,6 +246,8 @@ def _wrap_env(env: Any, state: _State) -> Any:
         original = getattr(env, attr, None)
         if original is None:
             continue
+        if kind == _STEP:
+            original = _step_rewarded(original)
         if inspect.iscoroutinefunction(original):  # an async env: timed on the loop
             wrapped = timed_async(opener, original)
         else:
