@@ -294,3 +294,21 @@ def test_genai_metrics_are_off_unless_asked(tmp_path, monkeypatch):
     finally:
         off.shutdown()
         on.shutdown()
+
+
+def test_vllm_recognises_an_open_generate_by_phase_under_either_name(rollout_env, monkeypatch):
+    from otel_rollout.integrations.vllm import _stream
+
+    monkeypatch.setenv(A.SEMCONV_OPT_IN_ENV, A.SEMCONV_GENAI_LATEST)
+    with rollout_env.tracer.trajectory(model="m") as t, t.generate() as g:
+        assert g.span.name == "chat m"
+        assert _stream._is_open_generate(g.span)  # no second turn when vLLM runs inside
+
+
+def test_vllm_requests_carry_the_provider_not_the_deprecated_system(monkeypatch):
+    from otel_rollout.integrations.vllm._outputs import request_attributes
+
+    attrs = request_attributes(None, None, None, "m")
+    assert attrs[A.GEN_AI_PROVIDER_NAME] == A.PROVIDER_VLLM and A.GEN_AI_SYSTEM not in attrs
+    monkeypatch.setenv(A.SEMCONV_OPT_IN_ENV, A.SEMCONV_GENAI_DUP)
+    assert request_attributes(None, None, None, "m")[A.GEN_AI_SYSTEM] == A.PROVIDER_VLLM

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from otel_rollout import _attributes as A
+from otel_rollout import _semconv
 from otel_rollout._tracer import Generation
 
 OPERATION: Final = "text_completion"
-SYSTEM: Final = "vllm"
+SYSTEM: Final = A.PROVIDER_VLLM  # gen_ai.provider.name
 
 
 def is_delta(sampling_params: Any) -> bool:
@@ -147,7 +148,9 @@ def request_attributes(
     engine: Any, sampling_params: Any, request_id: Any, model: str | None
 ) -> dict[str, Any]:
     """GenAI request attributes of one call, from its ``SamplingParams``."""
-    attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: OPERATION, A.GEN_AI_SYSTEM: SYSTEM}
+    attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: OPERATION, A.GEN_AI_PROVIDER_NAME: SYSTEM}
+    if _semconv.mode().dup:  # the deprecated name only under the compatibility opt-in
+        attrs[A.GEN_AI_SYSTEM] = SYSTEM
     model = model or model_of(engine)
     if model:
         attrs[A.GEN_AI_REQUEST_MODEL] = model

@@ -21,6 +21,7 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 
 from otel_rollout import _attributes as A
+from otel_rollout import _semconv
 from otel_rollout._errors import internal_error
 from otel_rollout._tracer import Generation, Trajectory, _capture_content, current_trajectory
 from otel_rollout._version import __version__
@@ -81,18 +82,18 @@ def _start_span(
         # it (possibly inside another phase: an LLM judge in env.step is env time).
         return traj.generate(**attrs).start(context=parent).span
     ctx = parent_from_headers(caller_headers) or parent
-    return opts.tracer.start_span(
-        A.SPAN_GENERATE, context=ctx, kind=SpanKind.CLIENT, attributes=attrs
-    )
+    name = A.SPAN_GENERATE
+    if _semconv.mode().latest_names:
+        name = _semconv.inference_span_name(
+            attrs.get(A.GEN_AI_OPERATION_NAME), attrs.get(A.GEN_AI_REQUEST_MODEL)
+        )
+    return opts.tracer.start_span(name, context=ctx, kind=SpanKind.CLIENT, attributes=attrs)
 
 
 def _is_open_generate(span: Any) -> bool:
     attrs = getattr(span, "attributes", None)
-    return (
-        getattr(span, "name", None) == A.SPAN_GENERATE
-        and span.is_recording()
-        and attrs is not None
-        and attrs.get(A.PHASE) == A.PHASE_LLM
+    return (  # by its phase, not its name (which follows the semconv opt-in)
+        span.is_recording() and attrs is not None and attrs.get(A.PHASE) == A.PHASE_LLM
     )
 
 
