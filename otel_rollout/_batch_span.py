@@ -18,12 +18,13 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Link, Span, Status, StatusCode
+from opentelemetry.trace import Link, Span
 
 from otel_rollout import _attributes as A
 from otel_rollout._batch import BatchAccumulator, BatchAnalysis
 from otel_rollout._breakdown import Breakdown
-from otel_rollout._errors import error_type, internal_error
+from otel_rollout._errors import internal_error
+from otel_rollout._handles import _record_exception
 
 _CURRENT: ContextVar[Batch | None] = ContextVar("otel_rollout_batch", default=None)
 #: Open batches by id, so a finished trajectory's breakdown reaches its batch.
@@ -181,9 +182,8 @@ class BatchScope:
             with _OPEN_LOCK:
                 if _OPEN.get(batch.batch_id) is batch:
                     del _OPEN[batch.batch_id]
-            if exc is not None:
-                span.set_attribute(A.ERROR_TYPE, error_type(exc))
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:256]))
+            if exc is not None:  # its message only with content capture on
+                _record_exception(span, exc)
             analysis = batch.analysis = batch.compute()
             if analysis.trajectories:
                 span.set_attributes(analysis.as_attributes())

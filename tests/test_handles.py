@@ -284,6 +284,15 @@ def test_exception_messages_reach_spans_only_with_capture_on(rollout_env, monkey
     assert SECRET in _exported_text(rollout_env)
 
 
+def test_a_failed_batch_keeps_the_message_off_its_span(rollout_env):
+    with pytest.raises(ValueError), rollout_env.tracer.batch(step=1):
+        with rollout_env.tracer.trajectory():
+            pass
+        raise ValueError(SECRET)
+    text = _exported_text(rollout_env)
+    assert SECRET not in text and "ValueError" in text
+
+
 def test_metric_export_outage_is_logged_when_it_starts_and_when_it_ends(caplog):
     caplog.set_level(logging.DEBUG)
     reader = InMemoryMetricReader()
