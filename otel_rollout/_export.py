@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import warnings
 from collections.abc import Sequence
@@ -233,10 +232,9 @@ def guarded_batch_processor(
     ``stats`` is an :class:`ExportStats` snapshot.
     """
     if max_queue_size is None:
-        try:
-            max_queue_size = int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") or 2048)
-        except ValueError:
-            max_queue_size = 2048  # the SDK reports the bad value itself
+        from otel_rollout._settings import from_environment
+
+        max_queue_size = from_environment("bsp_max_queue_size")
     counts = _Counts(meter_provider, target)
     return _CountingBatchProcessor(
         _GuardedExporter(exporter, counts), counts, max_queue_size, **batch

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import traceback
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -26,7 +25,7 @@ from otel_rollout import _coerce as C
 from otel_rollout import _semconv
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import error_type, internal_error
-from otel_rollout._setting_kinds import env_flag
+from otel_rollout._settings import from_environment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,15 +57,11 @@ _TOOL_SHORT = {"tool": A.GEN_AI_TOOL_NAME, "tool_call_id": A.GEN_AI_TOOL_CALL_ID
 
 
 def _capture_content() -> bool:
-    return env_flag(A.CAPTURE_CONTENT_ENV)
+    return from_environment("capture_content")
 
 
 def _capture_limit() -> int:
-    raw = os.environ.get("OTEL_ROLLOUT_CAPTURE_MAX_CHARS", "").strip()
-    try:
-        return max(0, int(raw)) if raw else 2000
-    except ValueError:
-        return 2000
+    return from_environment("capture_max_chars")
 
 
 def _detach(token: object) -> None:

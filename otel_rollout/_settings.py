@@ -213,6 +213,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("prometheus_port", ("OTEL_EXPORTER_PROMETHEUS_PORT",),
             Number(1, 65535, integer=True), 9464, "Prometheus endpoint port",
             argument=False, forward=False),
+    # Read where they are used, when they are used (from_environment), not by configure():
+    Setting("capture_content", (A.CAPTURE_CONTENT_ENV,), Bool(), False,
+            "record prompt and completion text (and exception messages) on spans",
+            argument=False),
+    Setting("capture_max_chars", ("OTEL_ROLLOUT_CAPTURE_MAX_CHARS",),
+            Number(0, integer=True), 2000, "captured text is truncated at this length",
+            argument=False),
+    Setting("semconv_opt_in", (A.SEMCONV_OPT_IN_ENV,), Text(), None,
+            f"`{A.SEMCONV_GENAI_LATEST}`: the latest GenAI span names; `{A.SEMCONV_GENAI_DUP}`:"
+            " old and new attributes both", default_doc="none", argument=False),
+    Setting("raise_internal_errors", ("OTEL_ROLLOUT_RAISE_INTERNAL_ERRORS",), Bool(), False,
+            "internal errors raise instead of being logged once (tests)", argument=False),
 )  # fmt: skip
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -248,6 +260,10 @@ class Settings:
     bsp_max_queue_size: int = 2048
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
+    capture_content: bool = False
+    capture_max_chars: int = 2000
+    semconv_opt_in: str | None = None
+    raise_internal_errors: bool = False
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False,
                                                    repr=False)  # fmt: skip
 
