@@ -16,14 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_rollout import _attributes as A
 from otel_rollout._console_render import TreeRenderer, color_enabled, format_duration, strip_ansi
 from otel_rollout._errors import internal_error, warn_once
+from otel_rollout._export import ExportStats
 from otel_rollout._spanbuffer import SpanBuffer
 
-__all__ = ["ConsoleTreeExporter", "color_enabled", "format_duration"]
+__all__ = ["ConsoleSpanProcessor", "ConsoleTreeExporter", "color_enabled", "format_duration"]
 
 
 class ConsoleTreeExporter(SpanExporter):
@@ -96,6 +97,7 @@ class ConsoleTreeExporter(SpanExporter):
         self._shutdown = False
         self._renderer = TreeRenderer(self._bands)
         self._buffer = SpanBuffer(self._buffer.max_spans)
+        self._handled = self._failed = 0
 
     # --- SpanExporter -------------------------------------------------------------------
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -149,6 +151,14 @@ class ConsoleTreeExporter(SpanExporter):
             return self._cond.wait_for(lambda: self._queued == 0, timeout_millis / 1000)
 
     @property
+    def stats(self) -> ExportStats:
+        """Spans handled (buffered or printed), dropped because the stream did not keep up
+        (``dropped_queue_full``) or failed (``dropped_export_failed``), and still queued, as
+        for the other pipelines (``Rollout.export_stats``)."""
+        with self._cond:
+            return ExportStats(self._handled, self.dropped_spans, self._failed, self._queued)
+
+    @property
     def buffered_spans(self) -> int:
         """Spans held, waiting for their trajectory or local root."""
         return self._buffer.buffered
@@ -166,15 +176,20 @@ class ConsoleTreeExporter(SpanExporter):
                 if not self._queue:
                     break
                 batch = self._queue[0]
+            ok = False
             try:
                 chunks = [c for span in batch for c in self._accept(span)]
-                self._write(chunks)
+                ok = self._write(chunks)
             except Exception as exc:
                 internal_error("ConsoleTreeExporter export thread", exc)
             finally:
                 with self._cond:
                     self._queue.popleft()
                     self._queued -= len(batch)
+                    if ok:
+                        self._handled += len(batch)
+                    else:
+                        self._failed += len(batch)
                     self._cond.notify_all()
         self._print_partials()
 
@@ -242,3 +257,11 @@ class ConsoleTreeExporter(SpanExporter):
             )
             return False
         return True
+
+
+class ConsoleSpanProcessor(SimpleSpanProcessor):
+    """``SimpleSpanProcessor`` whose ``force_flush`` waits for the console exporter's queue
+    (the SDK's returns at once), so ``provider.force_flush()`` means printed."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.span_exporter.force_flush(timeout_millis)

@@ -154,10 +154,10 @@ class TracePipeline:
             exporter = span_exporter or otlp_exporter("traces", s)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")
         if s.traces_exporter == "console":
-            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
-            from otel_rollout._console import ConsoleTreeExporter
+            from otel_rollout._console import ConsoleSpanProcessor, ConsoleTreeExporter
 
             # Each trajectory prints as an indented tree with its breakdown, on stdout.
-            return self._tail_keep(SimpleSpanProcessor(ConsoleTreeExporter(bands=s.bands)))
+            console = ConsoleTreeExporter(bands=s.bands)
+            self.batch_processors.append(console)  # its stats: printed, dropped, queued
+            return self._tail_keep(ConsoleSpanProcessor(console))
         return None

@@ -418,3 +418,22 @@ def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog):
     # partial tree at shutdown
     assert sum(t[0].startswith("trajectory") for t in trees) > 0
     assert all(t[0].startswith(("trajectory", "partial (root not ended")) for t in trees)
+
+
+def test_console_stats_reach_the_rollouts_export_stats(monkeypatch):
+    from otel_rollout import configure
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    rollout = configure(local=True, metrics_exporter="none", summary_stream=io.StringIO())
+    for i in range(3):
+        with rollout.tracer.trajectory(f"s{i}", env="gsm8k") as traj, traj.generate():
+            pass
+    assert rollout.force_flush()
+    stats = rollout.export_stats
+    assert (stats.exported, stats.dropped, stats.pending) == (6, 0, 0)
+    assert len(blocks(out.getvalue())) == 3
+    assert rollout.shutdown(timeout_s=10)
