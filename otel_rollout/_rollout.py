@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from otel_rollout._export import ExportStats
 from otel_rollout._fork import reset_in_child
 from otel_rollout._processor import BreakdownProcessor
+from otel_rollout._reward import RewardColumns, RewardVsLatency
 from otel_rollout._settings import Settings
 from otel_rollout._summary import _KEY_NAMES, BreakdownCollector
 from otel_rollout._tracer import RolloutTracer
@@ -41,6 +42,10 @@ class RunningSummary:
         self._sums = [0.0] * len(_SUMMARY_BANDS)
         self._max = [0.0] * len(_SUMMARY_BANDS)
         self._sample: list[tuple[float, ...]] = []
+        # (env class, e2e, turns, reward) of trajectories with a reward: reward vs latency
+        self.rewarded = 0
+        self._rewards: list[tuple[Any, float, int, float]] = []
+        self._reward_random = random.Random(1)
         reset_in_child(self, RunningSummary._reset)
 
     def _reset(self) -> None:
@@ -61,11 +66,32 @@ class RunningSummary:
                 j = self._random.randrange(self.count)
                 if j < self._size:
                     self._sample[j] = row
+            reward = getattr(breakdown, "reward", None)
+            if reward is not None:
+                self.rewarded += 1
+                b = breakdown
+                item = (b.env_class, float(b.e2e), int(b.turns), float(reward))
+                if len(self._rewards) < self._size:
+                    self._rewards.append(item)
+                else:
+                    j = self._reward_random.randrange(self.rewarded)
+                    if j < self._size:
+                        self._rewards[j] = item
 
     @property
     def exact(self) -> bool:
         """Whether p90 is computed from every trajectory (not from a sample)."""
         return self.count <= self._size
+
+    def reward_analyses(self) -> list[RewardVsLatency]:
+        """Mean reward by e2e decile and by turns per env class (from the reservoir when
+        more trajectories than it holds had a reward)."""
+        cols = RewardColumns()
+        with self._lock:
+            rows = list(self._rewards)
+        for env_class, e2e, turns, reward in rows:
+            cols.add(env_class, e2e, turns, reward)
+        return cols.analyses()
 
     def figures(self) -> dict[str, dict[str, float]]:
         """``{band: {"mean", "p90", "max"}}`` and ``{"frac_time_in_env": {"value"}}``."""
@@ -165,6 +191,11 @@ class Rollout:
             f = figures[band]
             print(f"  {band:<13} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
         print(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}", file=out)
+        for a in summary.reward_analyses():  # do slow trajectories succeed less?
+            deciles = " ".join(f"{b.mean_reward:.2f}" for b in a.by_e2e_decile)
+            turns = " ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_turns)
+            print(f"  reward {a.env_class}: by e2e decile (fastest first) {deciles}; "
+                  f"by turns {turns}", file=out)  # fmt: skip
         if self.trace_file is not None:
             f = self.trace_file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated

@@ -88,3 +88,34 @@ def test_report_json_table_and_picture(tmp_path):
 
     png, page = draw(data, tmp_path)
     assert png.stat().st_size > 0 and page.exists()
+
+
+def test_shutdown_summary_prints_reward_against_latency(tmp_path):
+    import otel_rollout
+
+    out = io.StringIO()
+    rollout = otel_rollout.configure(
+        local=True, output_dir=tmp_path, metrics_exporter="none", summary_stream=out
+    )
+    for i in range(20):
+        with rollout.tracer.trajectory(env="gsm8k") as t:
+            with t.generate():
+                pass
+            t.set_reward(1.0 if i % 2 else 0.0)
+    summary = rollout._summary
+    (a,) = summary.reward_analyses()
+    assert (a.env_class, a.n, len(a.by_e2e_decile)) == ("gsm8k", 20, 10)
+    rollout.shutdown(timeout_s=2)
+    text = out.getvalue()
+    assert "reward gsm8k: by e2e decile (fastest first)" in text and "by turns 1:0.50" in text
+
+
+def test_shutdown_summary_reward_reservoir_is_bounded():
+    from otel_rollout._rollout import RunningSummary
+
+    summary = RunningSummary(reservoir=50)
+    for i in range(300):
+        summary(fake(i, "gsm8k", float(i % 2), 1))
+    assert summary.rewarded == 300 and len(summary._rewards) == 50
+    (a,) = summary.reward_analyses()
+    assert a.n == 50
