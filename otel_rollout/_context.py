@@ -40,12 +40,13 @@ class QueuedCall:
     :meth:`finish`, on the loop once the result is back (``t2``), ends the work phase
     there, so ``[t0, t2]`` is what a timer around the ``await`` measures. A phase already
     open (``before``: an env made before its init) ends at ``t0`` if the call waits, and
-    is the work phase if it does not.
+    is the work phase if it does not. ``end(phase, t2)``, if given, ends the work phase
+    instead of ``phase.end(t2)`` (to end it later, at that time).
     """
 
     __slots__ = (
-        "_before", "_clock", "_done", "_failed", "_lock", "_loop_thread", "_open_work",
-        "_started", "_t0", "_traj", "_work",
+        "_before", "_clock", "_done", "_end", "_failed", "_lock", "_loop_thread",
+        "_open_work", "_started", "_t0", "_traj", "_work",
     )  # fmt: skip
 
     def __init__(
@@ -54,16 +55,18 @@ class QueuedCall:
         open_work: Callable[[], _PhaseScope] | None = None,
         *,
         before: Phase | None = None,
+        end: Callable[[Phase, int], None] | None = None,
     ) -> None:
+        self._t0 = traj._clock()
         self._traj = traj
         self._open_work = open_work
         self._before = before
-        self._clock = clock = traj._clock  # the tracer's clock, as every span's
+        self._clock = traj._clock  # the tracer's clock, as every span's
         self._lock = threading.Lock()
         self._loop_thread = threading.get_ident()
         self._started = self._done = self._failed = False
         self._work: Phase | None = None
-        self._t0 = clock()
+        self._end = end
 
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Call ``fn`` with the work phase current; the executor calls this."""
@@ -119,7 +122,10 @@ class QueuedCall:
             elif work is not None:
                 if exc is not None and not self._failed:
                     work.record_error(exc)
-                work.end(t2)
+                if self._end is not None:
+                    self._end(work, t2)
+                else:
+                    work.end(t2)
         except Exception as err:
             internal_error("env_queue finish", err)
 

@@ -33,6 +33,7 @@ from uuid import uuid4
 
 import pytest
 import skyrl_gym
+from _skyrl import VLLMLikeServer, tiny_tokenizer
 
 from otel_rollout.testing import make_test_env
 
@@ -426,29 +427,6 @@ def test_real_skyrl_generator_has_the_shape_the_instrumentor_wraps():
 # skyrl-gym envs in SkyRL's env thread pool. The only stand-in is the inference engine.
 SKIP_REAL = "skyrl cannot be imported here (the published skyrl 0.4.0 needs Python >= 3.12)"
 REMOTE_MOD = "skyrl.backends.skyrl_train.inference_servers.remote_inference_client"
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def tiny_tokenizer():
-    """A Qwen-style chat tokenizer: one token per byte, ``<|im_end|>`` as EOS."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tk.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        eos_token="<|im_end|>",
-        pad_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
 
 
 class FakeInferenceEngine:
@@ -590,45 +568,6 @@ def test_real_skyrl_generator_agent_loop(monkeypatch):
     before = len(env.spans())
     asyncio.run(real_loop(mod, gen, "q1", 9))
     assert len(env.spans()) == before
-
-
-class VLLMLikeServer:
-    """A real HTTP server answering ``/inference/v1/generate`` as vLLM's does for SkyRL."""
-
-    def __init__(self, tokenizer) -> None:
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        rx = self
-        answer = [*tokenizer.encode("#### 42", add_special_tokens=False), tokenizer.eos_token_id]
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(n)
-                rx.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
-                body: dict = {}
-                if self.path == "/inference/v1/generate":
-                    lp = {"content": [{"logprob": -0.1}] * len(answer)}
-                    body = {
-                        "choices": [{"token_ids": answer, "finish_reason": "stop", "logprobs": lp}]
-                    }
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def test_real_remote_inference_client_generate_requests_carry_traceparent(monkeypatch):

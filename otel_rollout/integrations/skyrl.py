@@ -3,25 +3,33 @@
     from otel_rollout.integrations.skyrl import SkyRLInstrumentor
     SkyRLInstrumentor().instrument()
 
-While ``agent_loop`` runs, ``skyrl_gym.make`` (as the generator module references it) is
-intercepted: one ``env_setup`` span covers ``make`` and the ``init`` that follows, and the
-env it returns has ``init``/``step``/``close`` wrapped on the instance with the trajectory
-handle captured, so spans parent to the trajectory even in the executor threads of
-``_run_in_executor_if_available`` (``loop.run_in_executor`` does not copy contextvars).
-``generate`` and ``finish_session`` of the ``inference_engine_client``'s class are
-wrapped (on the class, never the instance: SkyRL pickles its clients), and the W3C
-``traceparent`` of the ``generate`` span is added to the headers of the HTTP ``_post``
-(SkyRL's remote inference client; from ``skyrl`` 0.4 generate requests go through
+While ``agent_loop`` runs, env calls are timed where SkyRL times them: on the event loop,
+around the ``await`` of ``_run_in_executor_if_available(env.init|step|close, ...)``. The
+wait for a free thread in SkyRL's env pool is an ``env_queue`` phase (counted in the band
+of the call it waits for: ``env`` for a step, so our ``env`` is SkyRL's
+``time_splits["env"]``), and the call is an ``env_setup``/``env_step``/``env_teardown``
+phase from when a thread starts it until its result is back on the loop. ``skyrl_gym.make``
+(as the generator module references it) opens the ``env_setup`` phase, which ends where
+the wait for init's thread starts (or covers init too, inline). The env's methods are also
+wrapped on the instance, with the trajectory handle captured, for calls made any other way.
+``generate`` and ``finish_session`` of the ``inference_engine_client``'s class are wrapped
+(on the class, never the instance: SkyRL pickles its clients), and the W3C ``traceparent``
+of the ``generate`` span is added to the headers of the HTTP ``_post`` (SkyRL's remote
+inference client; from ``skyrl`` 0.4 generate requests go through
 ``RemoteGenerateClient._post``, wrapped too), so a vLLM server's ``llm_request`` spans
 nest under it. ``uninstrument()`` restores every method it wrapped.
 
 The root span encloses the whole call, including the ``finish_session`` in SkyRL's
-``finally``, which its ``e2e_time`` leaves out: that call is a ``finish_session`` phase
-(``other`` time), so root minus that phase is SkyRL's ``e2e_time``.
+``finally``, which its ``e2e_time`` leaves out: that call is a ``finish_session`` phase,
+outside the trajectory's accounted time, so the breakdown's ``e2e`` (the ``completion``
+key) is SkyRL's ``e2e_time``. Phases timed on the loop end on the loop's next turn at the
+time taken when the call returned, so the span processors' work is outside SkyRL's timers
+as it is outside the spans.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -132,12 +140,31 @@ def _input_tokens(args: tuple, kwargs: dict) -> int | None:
 
 @dataclass
 class _State:
-    """The trajectory of one ``agent_loop`` call and its env_setup spans not yet ended."""
+    """The trajectory of one ``agent_loop`` call, its env_setup spans not yet ended, and
+    the phases timed but whose ``end()`` waits for the loop's next turn."""
 
     traj: Trajectory
     pending_setup: list[Phase] = field(default_factory=list)
+    deferred: list[tuple[Phase, int]] = field(default_factory=list)
+
+    def end_later(self, phase: Phase, end_ns: int) -> None:
+        """End ``phase`` at ``end_ns``, on the loop's next turn: the span processors' work
+        then falls outside SkyRL's timer around the call, as it falls outside the span."""
+        self.deferred.append((phase, end_ns))
+        if len(self.deferred) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self.end_deferred)
+            except RuntimeError:  # no running loop: now
+                self.end_deferred()
+
+    def end_deferred(self) -> None:
+        items, self.deferred = self.deferred, []
+        for phase, end_ns in items:
+            with contextlib.suppress(Exception):
+                phase.end(end_ns)
 
     def end_pending(self) -> None:
+        self.end_deferred()
         for setup in self.pending_setup:  # make() returned but init() never ran
             with contextlib.suppress(Exception):
                 setup.end()
@@ -278,7 +305,7 @@ async def _traced_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) ->
         opener = traj.env_setup
     else:
         opener = traj.env_step if kind == _STEP else traj.env_teardown
-    queued = QueuedCall(traj, opener, before=before)
+    queued = QueuedCall(traj, opener, before=before, end=state.end_later)
     # the call runs in a copy of this context: the trajectory is current in the thread too
     bound = functools.partial(contextvars.copy_context().run, queued.run, func.__wrapped__)
     try:
@@ -388,12 +415,26 @@ async def _traced_generate(wrapped: Any, instance: Any, args: tuple, kwargs: dic
     state = _STATE.get()
     if state is None or _IN_GENERATE.get():
         return await wrapped(*args, **kwargs)
+    traj = state.traj
+    # Timed as SkyRL's llm timer: from before our own work until the engine's answer is
+    # back, the span's processing after that (see _State.end_later).
+    start = traj._clock()
     token = _IN_GENERATE.set(True)
     try:
-        with state.traj.generate(input_tokens=_input_tokens(args, kwargs)) as gen:
+        gen = traj.generate(input_tokens=_input_tokens(args, kwargs)).start(start_time=start)
+        current = otel_context.attach(trace.set_span_in_context(gen.span))
+        try:
             output = await wrapped(*args, **kwargs)
-            _record_engine_output(gen, output)
-            return output
+        except BaseException as exc:
+            end = traj._clock()
+            gen.record_error(exc)
+            state.end_later(gen, end)
+            raise
+        finally:
+            otel_context.detach(current)
+        _record_engine_output(gen, output)
+        state.end_later(gen, traj._clock())
+        return output
     finally:
         _IN_GENERATE.reset(token)
 
