@@ -20,7 +20,8 @@ def table_rows(data: ReportData) -> list[tuple[str, int, list[str], str]]:
     return rows
 
 
-HEADERS = ["env class", "n", "e2e", "llm", "env", "env_setup", "env_teardown", "other", "frac env"]
+HEADERS = ["env class", "n", "e2e", "llm", "env", "env_setup", "env_teardown", "other",
+           "env_queue", "finish_session", "frac env"]  # fmt: skip
 
 
 def print_table(console, data: ReportData, title: str) -> None:
