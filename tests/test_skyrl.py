@@ -558,7 +558,11 @@ def test_real_skyrl_generator_agent_loop(monkeypatch):
         finish_s = (finish.end_time - finish.start_time) / 1e9
         e2e = outputs[instance].e2e_time
         assert finish_s >= engine.finish_s
-        assert abs(root_s - finish_s - e2e) < 0.002, (instance, root_s, finish_s, e2e)
+        # the breakdown's e2e is the root less finish_session; it contains SkyRL's e2e_time
+        # (tight comparisons, rerun when descheduled: tests/test_skyrl_parity.py)
+        (b,) = [b for b in env.breakdowns if b.trace_id == f"{root.context.trace_id:032x}"]
+        assert b.e2e == pytest.approx(root_s - finish_s, abs=1e-9)
+        assert e2e - 1e-4 <= b.e2e < e2e + engine.finish_s, (instance, b.e2e, e2e)
     assert len(env.spans()) == spans_per_root
 
     # uninstrument restores SkyRL: agent_loop, skyrl_gym, RemoteGenerateClient._post
