@@ -28,6 +28,7 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import le
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -219,6 +220,29 @@ def _union_length(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
+def _disjoint(outside: list[tuple[int, int]], kept: array) -> bool:
+    """Whether no two intervals overlap (touching is not overlapping): outside ones and
+    the flat (band, start, end) triples of ``kept``. Sorted by start, it is enough that
+    each ends before the next starts; the comparison runs in C."""
+    every = list(zip(kept[1::3], kept[2::3], strict=True))
+    if outside:
+        every.extend(outside)
+    if len(every) < 2:
+        return True
+    every.sort()
+    starts, ends = zip(*every, strict=True)
+    return all(map(le, ends, starts[1:]))
+
+
+def _follows(phases: list[Any]) -> dict[int, str]:
+    """The env call each wait precedes: the phase starting where the wait ends."""
+    follows: dict[int, str] = {}
+    for phase, s, _ in phases:
+        if phase != A.PHASE_ENV_QUEUE and (s not in follows or phase in _ENV_CALLS):
+            follows[s] = phase
+    return follows
+
+
 def root_labels(attrs: Mapping[str, Any], error: bool) -> tuple[str, Any, Any, dict[str, Any]]:
     """Status, env class, model and the low-cardinality labels of a trajectory root.
 
@@ -268,59 +292,72 @@ def compute_breakdown(
         end_ns = start_ns
     root = end_ns - start_ns
     phases = list(phases)
-    # The env call each wait precedes: the phase starting where the wait ends.
-    follows: dict[int, str] = {}
-    for phase, s, _ in phases:
-        if phase != A.PHASE_ENV_QUEUE and (s not in follows or phase in _ENV_CALLS):
-            follows[s] = phase
-    clipped: list[list[tuple[int, int]]] = [[], [], [], []]
+    follows: dict[int, str] | None = None  # built at the first wait (most have none)
     sums = [0, 0, 0, 0]
-    kept = array("q")
+    lengths = [0, 0, 0, 0]  # clipped lengths: the bands when no two intervals overlap
+    kept = array("q")  # (band index, start, end) of each clipped interval
     outside: list[tuple[int, int]] = []
     queued: list[tuple[int, int]] = []
     queue_sum = 0
     turns = env_steps = 0
+    llm, env, queue, finish = A.PHASE_LLM, A.PHASE_ENV, A.PHASE_ENV_QUEUE, A.PHASE_FINISH_SESSION
+    band_index = _BAND_INDEX
     for phase, s, e in phases:
-        if phase == A.PHASE_LLM:
-            turns += 1
-        elif phase == A.PHASE_ENV:
-            env_steps += 1
         if e < s:
             e = s
-        cs, ce = max(s, start_ns), min(e, end_ns)
-        if phase == A.PHASE_ENV_QUEUE:
+        cs = s if s > start_ns else start_ns
+        ce = e if e < end_ns else end_ns
+        if phase == llm:
+            turns += 1
+            band = llm if not bands else _band_of(phase, bands)
+        elif phase == env:
+            env_steps += 1
+            band = env if not bands else _band_of(phase, bands)
+        elif phase == queue:
             queue_sum += e - s
             if ce > cs:
                 queued.append((cs, ce))
             band = bands.get(phase) if bands else None
             if band is None:
-                band = _band_of(follows.get(e, A.PHASE_ENV), bands)
-        else:
+                if follows is None:
+                    follows = _follows(phases)
+                band = _band_of(follows.get(e, env), bands)
+        elif bands or phase == finish:
             band = _band_of(phase, bands)
-        if band == _OUTSIDE:
-            if ce > cs:
-                outside.append((cs, ce))
-            continue
-        idx = _BAND_INDEX.get(band)
+        else:
+            band = phase
+        idx = band_index.get(band)
         if idx is None:
+            if band == _OUTSIDE and ce > cs:
+                outside.append((cs, ce))
             continue
         sums[idx] += e - s
         if ce > cs:
-            clipped[idx].append((cs, ce))
+            lengths[idx] += ce - cs
             kept.extend((idx, cs, ce))
+    nanos: dict[str, int] = {}
+    if _disjoint(outside, kept):  # a sequential agent loop: nothing to take apart
+        outside_len = sum(ce - cs for cs, ce in outside) if outside else 0
+        covered_len = outside_len
+        for idx, band in enumerate(A.BANDS):
+            nanos[band] = lengths[idx]
+            covered_len += lengths[idx]
+    else:
+        clipped: list[list[tuple[int, int]]] = [[], [], [], []]
+        for k in range(0, len(kept), 3):
+            clipped[kept[k]].append((kept[k + 1], kept[k + 2]))
+        covered: list[tuple[int, int]] = list(outside)
+        outside_len = covered_len = _union_length(covered)
+        for idx, band in enumerate(A.BANDS):
+            if clipped[idx]:
+                covered.extend(clipped[idx])
+                new_len = _union_length(covered)
+                nanos[band] = new_len - covered_len
+                covered_len = new_len
+            else:
+                nanos[band] = 0
     if len(kept) > 3 * MAX_INTERVALS:
         kept = _latest(kept)
-    nanos: dict[str, int] = {}
-    covered: list[tuple[int, int]] = list(outside)
-    outside_len = covered_len = _union_length(covered)
-    for idx, band in enumerate(A.BANDS):
-        if clipped[idx]:
-            covered.extend(clipped[idx])
-            new_len = _union_length(covered)
-            nanos[band] = new_len - covered_len
-            covered_len = new_len
-        else:
-            nanos[band] = 0
     nanos[A.BAND_OTHER] = root - covered_len
     e2e = nanos["e2e"] = root - outside_len
     nanos[A.PHASE_ENV_QUEUE] = _union_length(queued)

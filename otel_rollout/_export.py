@@ -14,7 +14,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -28,20 +28,46 @@ _metrics_log = logging.getLogger("otel_rollout.export.metrics")
 
 REASON_QUEUE_FULL = "queue_full"
 REASON_EXPORT_FAILED = "export_failed"
+REASON_AFTER_SHUTDOWN = "after_shutdown"
+REASON_SHUTDOWN_TIMEOUT = "shutdown_timeout"
 
 
 @dataclass
 class ExportStats:
-    """Span counts of one export pipeline since it was built (sampled spans only)."""
+    """Span counts of one export pipeline since it was built (sampled spans only).
+
+    Every span handed to the pipeline is in exactly one count: exported, pending, or
+    dropped for one reason (queue full; export failed; ended after ``shutdown()``; still
+    queued when ``shutdown()`` gave up waiting).
+    """
 
     exported: int = 0
     dropped_queue_full: int = 0
     dropped_export_failed: int = 0
-    pending: int = 0  # in the batch queue, not yet handed to the exporter
+    pending: int = 0  # queued or being exported, not yet exported nor dropped
+    dropped_after_shutdown: int = 0
+    dropped_shutdown_timeout: int = 0
 
     @property
     def dropped(self) -> int:
-        return self.dropped_queue_full + self.dropped_export_failed
+        return (
+            self.dropped_queue_full
+            + self.dropped_export_failed
+            + self.dropped_after_shutdown
+            + self.dropped_shutdown_timeout
+        )
+
+    def losses(self) -> dict[str, int]:
+        """Spans dropped, by reason (the ``reason`` of ``rollout.export.dropped``)."""
+        return {
+            REASON_QUEUE_FULL: self.dropped_queue_full,
+            REASON_EXPORT_FAILED: self.dropped_export_failed,
+            REASON_AFTER_SHUTDOWN: self.dropped_after_shutdown,
+            REASON_SHUTDOWN_TIMEOUT: self.dropped_shutdown_timeout,
+        }
+
+    def __add__(self, other: ExportStats) -> ExportStats:
+        return ExportStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 class _Counts:
@@ -52,6 +78,11 @@ class _Counts:
         self.failing = False
         self.queue_warned = False
         self.lost_since_success = 0
+        self.closed = False  # shutdown() was called: spans ending now are not exported
+        self.after_warned = False
+        self.queued = 0  # in the batch queue (what fills it): pending less those in flight
+        self.abandoned = 0  # queued spans already counted lost when shutdown() gave up
+        self.epoch = 0  # bumped by each abandon(): in-flight batches were counted lost too
         self._counter = None
         # A child forked while the parent's queue was full would otherwise count that
         # queue as its own, and drop every span it ends.
@@ -71,6 +102,11 @@ class _Counts:
         self.failing = False
         self.queue_warned = False
         self.lost_since_success = 0
+        self.closed = False
+        self.after_warned = False
+        self.queued = 0
+        self.abandoned = 0
+        self.epoch = 0
 
     def drop(self, n: int, reason: str) -> None:
         if self._counter is not None and n:
@@ -110,7 +146,11 @@ class _GuardedExporter(SpanExporter):
         c = self._counts
         n = len(spans)
         with c.lock:
-            c.stats.pending = max(0, c.stats.pending - n)
+            # after shutdown() gave up, what is still exported was already counted lost
+            late = min(n, c.abandoned)
+            c.abandoned -= late
+            c.queued = max(0, c.queued - (n - late))
+            epoch = c.epoch
             _quiet.on = c.failing
         error = None
         try:
@@ -120,11 +160,16 @@ class _GuardedExporter(SpanExporter):
         finally:
             _quiet.on = False
         with c.lock:
+            if c.epoch != epoch:  # abandon() ran meanwhile and counted this batch lost
+                late = n
+            c.stats.pending = max(0, c.stats.pending - (n - late))
             if result is SpanExportResult.SUCCESS:
                 c.stats.exported += n
+                c.stats.dropped_shutdown_timeout -= late  # not lost after all
                 resumed, lost = c.failing, c.lost_since_success
                 c.failing, c.lost_since_success = False, 0
             else:
+                n -= late
                 c.stats.dropped_export_failed += n
                 started = not c.failing
                 c.failing = True
@@ -178,9 +223,7 @@ class _CountingBatchProcessor(SpanProcessor):
     @property
     def stats(self) -> ExportStats:
         with self._counts.lock:
-            s = self._counts.stats
-            return ExportStats(s.exported, s.dropped_queue_full, s.dropped_export_failed,
-                               s.pending)  # fmt: skip
+            return replace(self._counts.stats)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         self._batch.on_start(span, parent_context)
@@ -190,7 +233,21 @@ class _CountingBatchProcessor(SpanProcessor):
             return  # the batch processor would skip it too
         c = self._counts
         with c.lock:
-            full = c.stats.pending >= self._max
+            closed = c.closed
+            if closed:
+                c.stats.dropped_after_shutdown += 1
+                first, c.after_warned = not c.after_warned, True
+        if closed:
+            c.drop(1, REASON_AFTER_SHUTDOWN)
+            if first:
+                _log.warning(
+                    "otel-rollout: spans ending after shutdown() are not exported to %s; "
+                    "they are dropped and counted in %s (logged once)",
+                    c.target, A.METRIC_EXPORT_DROPPED,
+                )  # fmt: skip
+            return
+        with c.lock:
+            full = c.queued >= self._max
             if full:  # dropped here, counted, instead of a warning per span from the SDK
                 c.stats.dropped_queue_full += 1
                 c.lost_since_success += 1
@@ -199,6 +256,7 @@ class _CountingBatchProcessor(SpanProcessor):
                 c.queue_warned = c.queue_warned or first
             else:
                 c.stats.pending += 1
+                c.queued += 1
         if full:
             c.drop(1, REASON_QUEUE_FULL)
             if first:
@@ -211,7 +269,24 @@ class _CountingBatchProcessor(SpanProcessor):
         self._batch.on_end(span)
 
     def shutdown(self) -> None:
+        with self._counts.lock:
+            self._counts.closed = True
         self._batch.shutdown()
+
+    def abandon(self) -> int:
+        """Count the spans still queued as lost (``shutdown_timeout``): ``shutdown()``
+        stopped waiting for them. Should they still reach the exporter, they move to
+        ``exported`` (or stay lost if that export fails). Returns how many."""
+        c = self._counts
+        with c.lock:
+            n = c.stats.pending
+            c.stats.pending = 0
+            c.stats.dropped_shutdown_timeout += n
+            c.abandoned += c.queued
+            c.queued = 0
+            c.epoch += 1
+        c.drop(n, REASON_SHUTDOWN_TIMEOUT)
+        return n
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._batch.force_flush(timeout_millis)

@@ -20,6 +20,8 @@ from otel_rollout._fork import reset_in_child
 from otel_rollout._version import __version__
 
 BreakdownSink = Callable[[Breakdown], Any]
+_TRAJECTORY_ID = A.TRAJECTORY_ID
+_PHASE = A.PHASE
 _EMPTY: dict[str, Any] = {}
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
@@ -38,7 +40,7 @@ class _Trajectory:
         self.attrs = attrs  # the root's attributes (a live view)
         # flat (phase code, start ns, end ns) triples of the ended outermost phases:
         # 24 bytes a phase instead of a tuple of boxed ints
-        self.phases: array[int] | None = None
+        self.phases: array[int] = array("q")
         self.n_open = 0  # open descendant spans tracked in the processor's open map
         self.breakdown: Breakdown | None = None
 
@@ -139,19 +141,12 @@ class BreakdownProcessor(SpanProcessor):
             # The SDK's ``attributes`` is a read-only view over BoundedAttributes, a Mapping
             # whose ``in``/``get``/``len`` are Python methods; on this hot path (every span)
             # read its plain dict when the SDK has one.
-            raw = getattr(getattr(span, "_attributes", None), "_dict", None)
-            if raw is None:
+            try:
+                raw = span._attributes._dict
+            except AttributeError:
                 raw = span.attributes or _EMPTY
-            ctx = span.context
-            sid = ctx.span_id
-            if A.TRAJECTORY_ID in raw:
-                start = span.start_time or 0
-                traj = _Trajectory(sid, ctx.trace_id, start, span.attributes)
-                with self._lock:
-                    if self._trajs:
-                        self._evict_locked(start)
-                    self._trajs[sid] = traj
-                    self._open[sid] = (traj, None, None)
+            if _TRAJECTORY_ID in raw:
+                self._start_root(span)
                 return
             parent = span.parent
             if parent is None:
@@ -161,17 +156,30 @@ class BreakdownProcessor(SpanProcessor):
                 return
             traj, outer, _ = entry
             if outer is None:
-                phase = raw.get(A.PHASE)
+                phase = raw.get(_PHASE)
                 new = (traj, None, None) if phase is None else (traj, phase, span.start_time)
             else:
                 new = (traj, outer, None)
+            sid = span.context.span_id
             with self._lock:
-                if traj.root_id not in self._trajs:
-                    return
-                self._open[sid] = new
-                traj.n_open += 1
+                if traj.root_id in self._trajs:
+                    self._open[sid] = new
+                    traj.n_open += 1
         except Exception as exc:
             internal_error("BreakdownProcessor.on_start", exc)
+
+    def _start_root(self, span: Span) -> None:
+        ctx = span.context
+        sid = ctx.span_id
+        start = span.start_time or 0
+        # the root's attributes, live (a view; its plain dict when the SDK has one)
+        attrs = getattr(getattr(span, "_attributes", None), "_dict", None)
+        traj = _Trajectory(sid, ctx.trace_id, start, attrs or span.attributes)
+        with self._lock:
+            if self._trajs:
+                self._evict_locked(start)
+            self._trajs[sid] = traj
+            self._open[sid] = (traj, None, None)
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
@@ -187,8 +195,6 @@ class BreakdownProcessor(SpanProcessor):
                         code = self._phase_codes.get(phase)
                         if code is None:
                             code = self._code(phase)
-                        if traj.phases is None:
-                            traj.phases = array("q")
                         traj.phases.extend((code, top_start, span.end_time))
                     return
                 end = span.end_time or traj.start_ns
@@ -273,9 +279,10 @@ class BreakdownProcessor(SpanProcessor):
     # --- internals ---------------------------------------------------------------------------
     def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
         """The trajectory's outermost phases; those still open are clipped at ``end_ns``."""
-        names = self._phase_names
-        flat = traj.phases or ()
-        phases = [(names[flat[i]], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+        flat = traj.phases
+        # (name, start, end) triples, unpacked in C: this runs once per trajectory
+        names = map(self._phase_names.__getitem__, flat[::3])
+        phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
         if traj.n_open > 0:  # rare: phases still open at the root's end (scan once)
             for entry in self._open.values():
                 if entry[0] is traj and entry[2] is not None:

@@ -4,6 +4,7 @@ process's global handle (:func:`get_rollout`)."""
 from __future__ import annotations
 
 import atexit
+import logging
 import random
 import threading
 import weakref
@@ -18,6 +19,8 @@ from otel_rollout._reward import RewardColumns, RewardVsLatency
 from otel_rollout._settings import Settings
 from otel_rollout._summary import _KEY_NAMES, BreakdownCollector
 from otel_rollout._tracer import RolloutTracer
+
+_log = logging.getLogger("otel_rollout")
 
 #: How long interpreter exit waits for a Rollout nobody shut down to flush.
 EXIT_TIMEOUT_S = 5.0
@@ -130,14 +133,10 @@ class Rollout:
 
     @property
     def export_stats(self) -> ExportStats:
-        """Spans exported, dropped (queue full, export failed) and pending, all pipelines."""
+        """Spans exported, pending, and dropped by reason, all pipelines together."""
         total = ExportStats()
         for p in self._export:
-            s = p.stats
-            total.exported += s.exported
-            total.dropped_queue_full += s.dropped_queue_full
-            total.dropped_export_failed += s.dropped_export_failed
-            total.pending += s.pending
+            total += p.stats
         return total
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
@@ -166,9 +165,21 @@ class Rollout:
         if first:
             _exit_registry.pop(id(self), None)
         worker.join(timeout_s)
+        done = not worker.is_alive()
         if first:
+            if not done:  # what is still queued is lost, and counted so
+                for p in self._export:
+                    abandon = getattr(p, "abandon", None)  # the console pipeline has none
+                    if abandon is not None:
+                        abandon()
+            self._report_losses()
             self._print_summary()
-        return not worker.is_alive()
+        return done
+
+    def _report_losses(self) -> None:
+        stats = self.export_stats
+        if stats.dropped:
+            _log.warning("otel-rollout: %s", _loss_line(stats))
 
     def __enter__(self) -> Rollout:
         return self
@@ -196,11 +207,19 @@ class Rollout:
             turns = " ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_turns)
             print(f"  reward {a.env_class}: by e2e decile (fastest first) {deciles}; "
                   f"by turns {turns}", file=out)  # fmt: skip
+        stats = self.export_stats
+        if stats.dropped:
+            print(f"  {_loss_line(stats)}", file=out)
         if self.trace_file is not None:
             f = self.trace_file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
             shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
             print(f"  traces: {shown}", file=out)
+
+
+def _loss_line(stats: ExportStats) -> str:
+    reasons = ", ".join(f"{n} {why}" for why, n in stats.losses().items() if n)
+    return f"{stats.dropped} spans were not exported ({reasons}); {stats.exported} were"
 
 
 def _stop_providers(tracer_provider: Any, meter_provider: Any, closers: list) -> None:

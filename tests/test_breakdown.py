@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -261,3 +262,31 @@ def test_a_breakdown_pickled_without_the_later_fields_still_loads():
     old = _rebuild(values[:-4])  # as a worker of an earlier version sends it
     assert old.nanos == b.nanos and old.env_queue == 0.0 and old.finish_session == 0.0
     assert old.reward is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bands_match_a_nanosecond_by_nanosecond_count(seed):
+    # Sequential phases (the common case) and overlapping ones: each nanosecond of the
+    # root goes to the first band covering it, else to other; finish_session is outside.
+    rng = random.Random(seed)
+    kinds = ["llm", "env", "env_setup", "env_teardown", "reward", "finish_session"]
+    t, phases = 0, []
+    for _ in range(rng.randint(0, 12)):
+        s = t + rng.randint(0, 3) if seed % 2 else rng.randint(-5, 60)
+        e = s + rng.randint(0, 9)
+        phases.append((rng.choice(kinds), s, e))
+        t = e
+    start, end = 0, max([60, *(e for _, _, e in phases)]) - rng.randint(0, 5)
+    b = compute_breakdown(start, end, phases)
+    expected = dict.fromkeys(["llm", "env", "env_setup", "env_teardown", "other"], 0)
+    outside = 0
+    for ns in range(start, end):
+        covering = {p for p, s, e in phases if s <= ns < e}
+        if "finish_session" in covering:
+            outside += 1
+            continue
+        band = next((x for x in ("llm", "env", "env_setup", "env_teardown") if x in covering),
+                    "other")  # fmt: skip
+        expected[band] += 1
+    assert {k: b.nanos[k] for k in expected} == expected
+    assert b.nanos["finish_session"] == outside and b.nanos["e2e"] == end - start - outside
