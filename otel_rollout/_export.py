@@ -36,17 +36,18 @@ REASON_SHUTDOWN_TIMEOUT = "shutdown_timeout"
 class ExportStats:
     """Span counts of one export pipeline since it was built (sampled spans only).
 
-    Every span handed to the pipeline is in exactly one count: exported, pending, or
-    dropped for one reason (queue full; export failed; ended after ``shutdown()``; still
-    queued when ``shutdown()`` gave up waiting).
+    Every span handed to the pipeline is in exactly one count: exported, pending, being
+    exported (``in_flight``), or dropped for one reason (queue full; export failed; ended
+    after ``shutdown()``; still queued or in flight when ``shutdown()`` gave up waiting).
     """
 
     exported: int = 0
     dropped_queue_full: int = 0
     dropped_export_failed: int = 0
-    pending: int = 0  # queued or being exported, not yet exported nor dropped
+    pending: int = 0  # in the batch queue, not yet handed to the exporter
     dropped_after_shutdown: int = 0
     dropped_shutdown_timeout: int = 0
+    in_flight: int = 0  # handed to the exporter, which has not answered yet
 
     @property
     def dropped(self) -> int:
@@ -80,7 +81,6 @@ class _Counts:
         self.lost_since_success = 0
         self.closed = False  # shutdown() was called: spans ending now are not exported
         self.after_warned = False
-        self.queued = 0  # in the batch queue (what fills it): pending less those in flight
         self.abandoned = 0  # queued spans already counted lost when shutdown() gave up
         self.epoch = 0  # bumped by each abandon(): in-flight batches were counted lost too
         self._counter = None
@@ -104,7 +104,6 @@ class _Counts:
         self.lost_since_success = 0
         self.closed = False
         self.after_warned = False
-        self.queued = 0
         self.abandoned = 0
         self.epoch = 0
 
@@ -149,7 +148,9 @@ class _GuardedExporter(SpanExporter):
             # after shutdown() gave up, what is still exported was already counted lost
             late = min(n, c.abandoned)
             c.abandoned -= late
-            c.queued = max(0, c.queued - (n - late))
+            mine = n - late
+            c.stats.pending = max(0, c.stats.pending - mine)
+            c.stats.in_flight += mine
             epoch = c.epoch
             _quiet.on = c.failing
         error = None
@@ -162,7 +163,8 @@ class _GuardedExporter(SpanExporter):
         with c.lock:
             if c.epoch != epoch:  # abandon() ran meanwhile and counted this batch lost
                 late = n
-            c.stats.pending = max(0, c.stats.pending - (n - late))
+            else:
+                c.stats.in_flight -= mine
             if result is SpanExportResult.SUCCESS:
                 c.stats.exported += n
                 c.stats.dropped_shutdown_timeout -= late  # not lost after all
@@ -247,7 +249,7 @@ class _CountingBatchProcessor(SpanProcessor):
                 )  # fmt: skip
             return
         with c.lock:
-            full = c.queued >= self._max
+            full = c.stats.pending >= self._max
             if full:  # dropped here, counted, instead of a warning per span from the SDK
                 c.stats.dropped_queue_full += 1
                 c.lost_since_success += 1
@@ -256,7 +258,6 @@ class _CountingBatchProcessor(SpanProcessor):
                 c.queue_warned = c.queue_warned or first
             else:
                 c.stats.pending += 1
-                c.queued += 1
         if full:
             c.drop(1, REASON_QUEUE_FULL)
             if first:
@@ -279,11 +280,10 @@ class _CountingBatchProcessor(SpanProcessor):
         ``exported`` (or stay lost if that export fails). Returns how many."""
         c = self._counts
         with c.lock:
-            n = c.stats.pending
-            c.stats.pending = 0
+            n = c.stats.pending + c.stats.in_flight
             c.stats.dropped_shutdown_timeout += n
-            c.abandoned += c.queued
-            c.queued = 0
+            c.abandoned += c.stats.pending
+            c.stats.pending = c.stats.in_flight = 0
             c.epoch += 1
         c.drop(n, REASON_SHUTDOWN_TIMEOUT)
         return n
