@@ -165,7 +165,8 @@ class SkyRLGymGenerator:
             chat_history, _ = await self._run_in_executor_if_available(env.init, chat_history)
             done, reward = False, 0.0
             while not done:
-                engine_input = {"prompt_token_ids": [[1] * 5], "session_ids": [session_id]}
+                engine_input = {"prompt_token_ids": [[1] * 5], "session_ids": [session_id],
+                                "sampling_params": sampling_params}  # fmt: skip
                 engine_output = await self.inference_engine_client.generate(
                     engine_input, model=self.policy_model_name
                 )
@@ -236,6 +237,20 @@ def by_name(spans):
     return out
 
 
+def test_sampling_parameters_are_genai_request_attributes(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=0))
+    params = {"max_generate_length": 64, "temperature": 0.7, "top_p": 0.9, "top_k": -1}
+    asyncio.run(
+        gen.agent_loop([{"role": "user", "content": "6*7?"}], "gsm8k_multi_turn",
+                       copy.deepcopy(EXTRAS), 16, 64, sampling_params=params,
+                       trajectory_id=TrajectoryID("q9", 0))
+    )  # fmt: skip
+    (g, *_) = [s.attributes for s in env.spans() if s.attributes.get("rollout.phase") == "llm"]
+    assert g["gen_ai.request.max_tokens"] == 64 and g["gen_ai.request.temperature"] == 0.7
+    assert g["gen_ai.request.top_p"] == 0.9 and g["gen_ai.request.top_k"] == -1
+
+
 def test_one_trajectory_tree_parented_across_executor_threads(instrumented, server):
     env = instrumented
     gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=1))
@@ -267,6 +282,7 @@ def test_one_trajectory_tree_parented_across_executor_threads(instrumented, serv
     assert [q.end_time for q in queues[1:]] == [c.start_time for c in calls]
     g = names["generate"][0].attributes
     assert g["rollout.phase"] == "llm" and g["gen_ai.usage.input_tokens"] == 5
+    assert g["gen_ai.operation.name"] == "text_completion"  # token ids in, token ids out
     assert g["gen_ai.usage.output_tokens"] == 3
     assert g["gen_ai.response.finish_reasons"] == ("stop",)
     # env.step's reward on each step span: wrong, then right

@@ -138,6 +138,32 @@ def _input_tokens(args: tuple, kwargs: dict) -> int | None:
     return None
 
 
+#: SkyRL's sampling-parameter keys (backend dicts) and the ``generate()`` keywords for them.
+_SAMPLING_KEYS = (
+    ("max_tokens", "max_tokens"), ("max_generate_length", "max_tokens"),
+    ("max_new_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
+    ("top_k", "top_k"), ("seed", "seed"), ("n", "n"),
+)  # fmt: skip
+
+
+def _request(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """GenAI request keywords of a generate call: token-in/token-out is a
+    ``text_completion``; the sampling parameters SkyRL passes."""
+    engine_input = args[0] if args else kwargs.get("input_batch", kwargs.get("engine_input"))
+    out: dict[str, Any] = {"input_tokens": _input_tokens(args, kwargs)}
+    if not isinstance(engine_input, dict):
+        return out
+    if engine_input.get("prompt_token_ids"):
+        out["operation"] = A.OP_TEXT_COMPLETION
+    params = engine_input.get("sampling_params")
+    if isinstance(params, dict):
+        for key, name in _SAMPLING_KEYS:
+            value = params.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.setdefault(name, value)
+    return out
+
+
 @dataclass
 class _State:
     """The trajectory of one ``agent_loop`` call, its env_setup spans not yet ended, and
@@ -421,7 +447,7 @@ async def _traced_generate(wrapped: Any, instance: Any, args: tuple, kwargs: dic
     start = traj._clock()
     token = _IN_GENERATE.set(True)
     try:
-        gen = traj.generate(input_tokens=_input_tokens(args, kwargs)).start(start_time=start)
+        gen = traj.generate(**_request(args, kwargs)).start(start_time=start)
         current = otel_context.attach(trace.set_span_in_context(gen.span))
         try:
             output = await wrapped(*args, **kwargs)
