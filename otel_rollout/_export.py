@@ -210,9 +210,13 @@ class _CountingBatchProcessor(SpanProcessor):
     """A BatchSpanProcessor that knows how full its queue is, so it can count what it drops."""
 
     def __init__(self, exporter: SpanExporter, counts: _Counts, max_queue_size: int,
-                 **batch: Any) -> None:  # fmt: skip
+                 kept_reserve: int = 0, **batch: Any) -> None:  # fmt: skip
         self._counts = counts
         self._max = max_queue_size
+        # Room beyond the queue for spans released by tail keep (on_end_kept): a burst of
+        # failures releases far more at once than the queue holds for ordinary traffic.
+        self._kept_max = max_queue_size + max(0, kept_reserve)
+        max_queue_size = self._kept_max
         try:
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size, **batch)
         except ValueError as exc:  # e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE above the queue size
@@ -231,6 +235,13 @@ class _CountingBatchProcessor(SpanProcessor):
         self._batch.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
+        self._enqueue(span, self._max)
+
+    def on_end_kept(self, span: ReadableSpan) -> None:
+        """A span released by tail keep: it may also use the reserve beyond the queue."""
+        self._enqueue(span, self._kept_max)
+
+    def _enqueue(self, span: ReadableSpan, limit: int) -> None:
         if not span.context.trace_flags.sampled:
             return  # the batch processor would skip it too
         c = self._counts
@@ -249,7 +260,7 @@ class _CountingBatchProcessor(SpanProcessor):
                 )  # fmt: skip
             return
         with c.lock:
-            full = c.stats.pending >= self._max
+            full = c.stats.pending >= limit
             if full:  # dropped here, counted, instead of a warning per span from the SDK
                 c.stats.dropped_queue_full += 1
                 c.lost_since_success += 1
@@ -298,11 +309,13 @@ def guarded_batch_processor(
     *,
     target: str = "the trace endpoint",
     max_queue_size: int | None = None,
+    kept_reserve: int = 0,
     **batch: Any,
 ) -> _CountingBatchProcessor:
     """A batch span processor over ``exporter`` that counts and logs loss, never raises.
 
     ``max_queue_size`` defaults to ``OTEL_BSP_MAX_QUEUE_SIZE`` or 2048 like the SDK's;
+    ``kept_reserve`` more spans fit for those a tail keep releases (``on_end_kept``);
     other keyword arguments go to :class:`BatchSpanProcessor`. The returned processor's
     ``stats`` is an :class:`ExportStats` snapshot.
     """
@@ -312,7 +325,7 @@ def guarded_batch_processor(
         max_queue_size = from_environment("bsp_max_queue_size")
     counts = _Counts(meter_provider, target)
     return _CountingBatchProcessor(
-        _GuardedExporter(exporter, counts), counts, max_queue_size, **batch
+        _GuardedExporter(exporter, counts), counts, max_queue_size, kept_reserve, **batch
     )
 
 

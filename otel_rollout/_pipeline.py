@@ -12,6 +12,9 @@ from otel_rollout._export import guarded_batch_processor, guarded_metric_exporte
 from otel_rollout._settings import ConfigError, Settings, safe_file_part
 from otel_rollout._tailkeep import TailKeepProcessor
 
+#: Export-queue room for spans tail keep releases: its own buffer's default bound.
+KEPT_RESERVE = 100_000
+
 
 def otlp_exporter(signal: str, settings: Settings) -> Any:
     """The OTLP exporter of ``signal`` (traces, metrics); a bad endpoint is a ConfigError."""
@@ -129,6 +132,8 @@ class TracePipeline:
             self.meter_provider,
             target=target,
             max_queue_size=self.settings.bsp_max_queue_size,
+            # what tail keep may release at once (a burst of failures) fits besides
+            kept_reserve=KEPT_RESERVE if self.settings.sample_ratio < 1.0 else 0,
         )
         self.batch_processors.append(processor)
         return self._tail_keep(processor)

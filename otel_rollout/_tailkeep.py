@@ -161,8 +161,10 @@ class TailKeepProcessor(SpanProcessor):
             if keep:
                 self.kept_trajectories += 1
         if keep:
+            # into the export queue's reserve for kept spans, where it has one
+            release = getattr(self._inner, "on_end_kept", self._inner.on_end)
             for s in chosen:
-                self._inner.on_end(_as_sampled(s))
+                release(_as_sampled(s))
 
     def shutdown(self) -> None:
         with self._lock:

@@ -1,0 +1,60 @@
+"""A burst of failures (an inference server crash) reaches the exporter whole: tail keep
+releases into room of its own beside the export queue (real OTLP exporter and receiver)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from otel_rollout import configure
+from otel_rollout.testing.receiver import OTLPReceiver
+
+N = 1000
+SPANS_PER_TRAJECTORY = 3
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER",
+                 "OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_TRACES_SAMPLER", "OTEL_BSP_MAX_QUEUE_SIZE",
+                 "OTEL_BSP_SCHEDULE_DELAY"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")
+
+
+def test_a_thousand_trajectories_failing_at_once_are_all_exported_whole(env):
+    with OTLPReceiver() as rx:
+        rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
+                            metrics_exporter="none", sample_ratio=0.0)  # fmt: skip
+        rx.hold()  # the endpoint is slow to answer while the burst is released
+        crash = asyncio.Event()
+
+        async def one(i: int) -> None:
+            async with rollout.tracer.trajectory(f"t{i}") as traj:
+                async with traj.env_setup():
+                    pass
+                async with traj.generate():
+                    await crash.wait()
+                    raise ConnectionError("inference server went away")
+
+        async def main() -> None:
+            tasks = [asyncio.create_task(one(i)) for i in range(N)]
+            await asyncio.sleep(0)  # every trajectory is in flight, waiting on the engine
+            crash.set()  # and they fail together
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            assert all(isinstance(r, ConnectionError) for r in results)
+
+        asyncio.run(main())
+        stats = rollout.export_stats
+        assert stats.dropped == 0  # nothing lost to a full queue
+        rx.release()
+        assert rollout.shutdown(timeout_s=60)
+        stats = rollout.export_stats
+        assert (stats.exported, stats.dropped, stats.pending) == (N * SPANS_PER_TRAJECTORY, 0, 0)
+        roots = [s for s in rx.spans() if s.name == "trajectory"]
+        assert sorted(s.attributes["rollout.trajectory.id"] for s in roots) == sorted(
+            f"t{i}" for i in range(N)
+        )
+        assert {s.attributes["rollout.trajectory.status"] for s in roots} == {"error"}
+        assert len(rx.spans()) == N * SPANS_PER_TRAJECTORY  # each one whole
