@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_rollout import _attributes as A
 from otel_rollout._errors import internal_error, warn_once
+from otel_rollout._fork import reset_in_child
 from otel_rollout._spanbuffer import SpanBuffer
 
 _KEEP_STATUSES = frozenset({A.STATUS_ERROR, A.STATUS_CANCELLED})
@@ -92,6 +93,15 @@ class TailKeepProcessor(SpanProcessor):
         self._warmup = percentile_warmup
         self._pct_ns: int | None = None  # threshold from the running percentile
         self._since_refresh = 0
+        self.kept_trajectories = 0
+        self.dropped_spans = 0
+        self._max_buffered = max_buffered_spans
+        reset_in_child(self, TailKeepProcessor._after_fork)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's unsampled spans are not the child's to keep."""
+        self._lock = threading.Lock()
+        self._buffer = SpanBuffer(self._max_buffered)
         self.kept_trajectories = 0
         self.dropped_spans = 0
 

@@ -113,3 +113,28 @@ def test_a_child_has_none_of_the_parents_trajectories_breakdowns_or_summary():
         open_scope.__exit__(None, None, None)  # the parent's own state is untouched
         assert [b.trajectory_id for b in collector.drain()][-1] == "in-flight-at-fork"
         provider.shutdown()
+
+
+def test_a_child_has_none_of_the_parents_tail_keep_buffer():
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_rollout import RecordingRatioSampler, TailKeepProcessor
+
+    exporter = InMemorySpanExporter()
+    keep = TailKeepProcessor(SimpleSpanProcessor(exporter))
+    provider = TracerProvider(sampler=RecordingRatioSampler(0.0))
+    provider.add_span_processor(keep)
+    tracer = RolloutTracer(provider)
+    scope = tracer.trajectory("open-at-fork")
+    traj = scope.__enter__()
+    with traj.generate():
+        pass
+    assert keep.buffered_spans == 1
+
+    def child() -> dict:
+        return {"buffered": keep.buffered_spans}
+
+    assert in_child(child) == {"buffered": 0}
+    scope.__exit__(None, None, None)
+    assert keep.buffered_spans == 0
