@@ -157,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=("table", "json"), default="table")
     rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
+    rep.add_argument(
+        "--baseline",
+        action="append",
+        metavar="PATH_OR_URL",
+        help="compare with another run (repeatable for several files): per env class and "
+        "band, both means and p90s, the difference and a bootstrap 95%% interval",
+    )
     rep.set_defaults(func=_report)
     return parser
 

@@ -70,10 +70,28 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
     except TraceReadError as exc:
         print(f"otel-rollout report: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
+    changes = None
+    if getattr(args, "baseline", None):
+        base = ReportData()
+        try:
+            read_sources(args.baseline, bands=bands, service=args.service,
+                         emit=lambda t: base.add(t) if _keep(args, t) else None,
+                         warn=_Warnings(sys.stderr))  # fmt: skip
+        except TraceReadError as exc:
+            print(f"otel-rollout report: baseline: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        from otel_rollout.report._compare import compare
+
+        changes = compare(base, data)
     if args.format == "json":
         from otel_rollout.report._json import dumps
 
-        print(dumps(data, result))
+        extra = {}
+        if changes is not None:
+            from otel_rollout.report._compare import changes_json
+
+            extra["baseline"] = changes_json(changes)
+        print(dumps(data, result, extra))
         _say_empty(result, data, sys.stderr)
         if result.incomplete:
             print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
@@ -100,6 +118,10 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
 
             png, page = draw(data, args.output_dir)
             console.print(f"pictures: {png}  {page}")
+    if changes is not None:
+        from otel_rollout.report._compare import print_changes
+
+        print_changes(console, changes, " ".join(args.baseline))
     print_losses(console, result)
     _say_empty(result, data, console.file)
     return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES

@@ -31,5 +31,5 @@ def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     return out
 
 
-def dumps(data: ReportData, result: ReadResult) -> str:
-    return json.dumps(report_dict(data, result), indent=2, sort_keys=True)
+def dumps(data: ReportData, result: ReadResult, extra: dict[str, Any] | None = None) -> str:
+    return json.dumps({**report_dict(data, result), **(extra or {})}, indent=2, sort_keys=True)
