@@ -32,9 +32,75 @@ _OPEN: dict[str, Batch] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def current_batch() -> Batch | None:
-    """The batch whose block the caller is in, or ``None``."""
+def current_batch() -> Batch | RemoteBatch | None:
+    """The batch whose block the caller is in (or whose carrier a worker attached)."""
     return _CURRENT.get()
+
+
+#: Carrier key holding the batch: ``<id>;<step>;<nest>;<trace id>;<span id>``.
+CARRIER_KEY = "otel-rollout-batch"
+
+
+class RemoteBatch:
+    """A batch opened in another process (the Ray driver), attached from a carrier:
+    trajectories started under it become roots linked to its batch span."""
+
+    __slots__ = ("batch_id", "links", "nest", "step")
+
+    def __init__(self, batch_id: str, step: int | None, nest: bool, span_context: Any) -> None:
+        self.batch_id = batch_id
+        self.step = step
+        self.nest = nest
+        valid = span_context.is_valid
+        self.links = (Link(span_context, {A.BATCH_ID: batch_id}),) if valid else ()
+
+
+def batch_carrier() -> dict[str, str]:
+    """The current batch as a carrier entry (empty outside a batch)."""
+    batch = _CURRENT.get()
+    if batch is None or not batch.links:
+        return {}
+    ctx = batch.links[0].context
+    step = "" if batch.step is None else str(batch.step)
+    value = f"{batch.batch_id};{step};{int(batch.nest)};{ctx.trace_id:032x};{ctx.span_id:016x}"
+    return {CARRIER_KEY: value}
+
+
+def batch_from_carrier(headers: Mapping[str, str] | None) -> RemoteBatch | None:
+    """The batch a carrier brings, or ``None`` (none, or malformed: then ignored)."""
+    raw = (headers or {}).get(CARRIER_KEY)
+    if not raw:
+        return None
+    try:
+        batch_id, step, nest, trace_id, span_id = raw.rsplit(";", 4)
+        ctx = trace.SpanContext(
+            int(trace_id, 16), int(span_id, 16), is_remote=True,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )  # fmt: skip
+        return RemoteBatch(batch_id, int(step) if step else None, nest == "1", ctx)
+    except ValueError:
+        return None
+
+
+def step_span_batch() -> RemoteBatch | None:
+    """Outside a batch, with a user's span current (a trainer's step span), a batch whose
+    id is that span's id: trajectories started in it become roots linked to the step
+    span instead of its children. ``None`` inside a batch or without a current span."""
+    if _CURRENT.get() is not None:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return RemoteBatch(format(ctx.span_id, "016x"), None, False, ctx)
+
+
+def attach_batch(batch: Batch | RemoteBatch | None) -> Any:
+    """Make ``batch`` current; returns a token for :func:`detach_batch`."""
+    return _CURRENT.set(batch)
+
+
+def detach_batch(token: Any) -> None:
+    _CURRENT.reset(token)
 
 
 def deliver(breakdown: Breakdown) -> bool:

@@ -458,3 +458,36 @@ def test_exit_handler_flushes_a_worker_that_ray_ends(cluster):
     quiet.__ray_terminate__.remote()  # a graceful end, as when Ray reaps an idle worker
     assert rx.wait_for(lambda r: mine(r) and counts(r), timeout=20)
     assert counts(rx) == [1]
+
+
+def test_a_batch_fanned_out_over_workers_gives_linked_roots_and_the_same_figures(cluster):
+    rx, driver = cluster["rx"], cluster["driver"]
+    roller = Roller.remote()
+    with driver.tracer.batch(step=5) as batch:
+        c = otel_ray.carrier()
+        refs = [rollout_task.remote(f"linked-{i}", otel_carrier=c) for i in range(N_TASKS)]
+        refs += [roller.run.remote(f"linked-a{i}", otel_carrier=c) for i in range(N_SYNC)]
+        gathered = [b for bds in ray.get(refs) for b in bds]
+        batch.add(gathered)  # breakdowns come back from the workers to the driver's batch
+    n = N_TASKS + N_SYNC
+    assert len(gathered) == n and {b.batch_id for b in gathered} == {batch.batch_id}
+    assert batch.analysis.trajectories == n
+    start = batch.span.start_time
+    assert batch.analysis == otel_rollout.analyze_batch(gathered, start_ns=start)
+    assert batch.analysis.wall_ns == max(b.end_time_ns for b in gathered) - start
+
+    # every worker trajectory is the root of its own trace, linked to the batch span
+    def linked(r):
+        return [s for s in r.spans() if s.attributes.get(A.BATCH_ID) == batch.batch_id
+                and A.TRAJECTORY_ID in s.attributes]  # fmt: skip
+
+    assert rx.wait_for(lambda r: len(linked(r)) >= n, timeout=20)
+    ctx = batch.span.get_span_context()
+    roots = linked(rx)
+    assert len({s.trace_id for s in roots}) == n
+    for s in roots:
+        assert s.parent_span_id is None and s.trace_id != format(ctx.trace_id, "032x")
+        assert s.attributes[A.STEP] == 5
+        assert s.links == ((format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"),
+                            {A.BATCH_ID: batch.batch_id}),)  # fmt: skip
+        assert s.resource["service.name"] == "ray-test-worker"

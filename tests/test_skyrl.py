@@ -630,3 +630,25 @@ def test_real_remote_inference_client_generate_requests_carry_traceparent(monkey
     finished = sorted(p for p, _ in server.requests if p.startswith("/finish_session"))
     assert finished == ["/finish_session?session_id=r1_0", "/finish_session?session_id=r2_0"]
     assert len(env.roots()) == 2
+
+
+def test_trajectories_under_the_users_step_span_are_roots_linked_to_it(instrumented, server):
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=1))
+    step_tracer = env.tracer_provider.get_tracer("trainer")
+
+    async def step():
+        with step_tracer.start_as_current_span("train_step") as span:
+            await asyncio.gather(loop_once(gen, "q1"), loop_once(gen, "q2"))
+        return span
+
+    span = asyncio.run(step())
+    ctx = span.get_span_context()
+    roots = env.roots()
+    assert len(roots) == 2 and len({r.context.trace_id for r in roots}) == 2
+    for root in roots:
+        assert root.parent is None and root.context.trace_id != ctx.trace_id
+        (link,) = root.links
+        assert link.context.span_id == ctx.span_id
+        assert root.attributes["rollout.batch.id"] == format(ctx.span_id, "016x")
+    assert {b.batch_id for b in env.breakdowns} == {format(ctx.span_id, "016x")}

@@ -44,6 +44,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otel_rollout import _attributes as A
+from otel_rollout._batch_span import attach_batch, detach_batch, step_span_batch
 from otel_rollout._context import QueuedCall
 from otel_rollout._errors import internal_error
 from otel_rollout._tracer import Phase, RolloutTracer, Trajectory
@@ -520,14 +521,21 @@ class SkyRLInstrumentor(BaseInstrumentor):
                 return await wrapped(*args, **kw)
             _wrap_client(patches, getattr(instance, "inference_engine_client", None))
             tkw = _trajectory_kwargs(args, kw, sig)
-            async with tracer.trajectory(model=_model_of(instance), **tkw) as traj:
-                state = _State(traj)
-                token = _STATE.set(state)
-                try:
-                    return await wrapped(*args, **kw)
-                finally:
-                    _STATE.reset(token)
-                    state.end_pending()
+            # under the user's step span: a root linked to it, not one giant trace per step
+            step = step_span_batch()
+            batch_token = attach_batch(step) if step is not None else None
+            try:
+                async with tracer.trajectory(model=_model_of(instance), **tkw) as traj:
+                    state = _State(traj)
+                    token = _STATE.set(state)
+                    try:
+                        return await wrapped(*args, **kw)
+                    finally:
+                        _STATE.reset(token)
+                        state.end_pending()
+            finally:
+                if batch_token is not None:
+                    detach_batch(batch_token)
 
         patches.wrap(cls, "agent_loop", agent_loop)
         patches.wrap(cls, "_run_in_executor_if_available", _traced_run)

@@ -54,6 +54,8 @@ class ReceivedSpan:
     status_code: int
     attributes: dict[str, Any] = field(default_factory=dict)
     resource: dict[str, Any] = field(default_factory=dict)
+    #: Span links as ``(trace id, span id, attributes)``, hex ids.
+    links: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
 
 def _free_port() -> int:
@@ -199,6 +201,10 @@ class OTLPReceiver:
                             status_code=s.status.code,
                             attributes=_attrs(s.attributes),
                             resource=resource,
+                            links=tuple(
+                                (ln.trace_id.hex(), ln.span_id.hex(), _attrs(ln.attributes))
+                                for ln in s.links
+                            ),
                         )
                     )
         with self._lock:

@@ -12,6 +12,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
+from otel_rollout._batch_span import attach_batch, batch_carrier, batch_from_carrier, detach_batch
+
 #: The keyword argument :func:`~otel_rollout.integrations.ray.traced` adds to a remote
 #: function or actor method.
 CARRIER_KWARG = "otel_carrier"
@@ -25,12 +27,14 @@ def suppressed(context: otel_context.Context | None = None) -> bool:
 
 
 def carrier(context: otel_context.Context | None = None) -> dict[str, str]:
-    """The current (or given) trace context as W3C headers, to send with a work item.
+    """The current (or given) trace context as W3C headers, to send with a work item,
+    and the current batch (so trajectories in the worker start roots linked to it).
 
     Empty while instrumentation is suppressed: the work then runs untraced."""
     out: dict[str, str] = {}
     if not suppressed(context):
         propagate.inject(out, context=context)
+        out.update(batch_carrier())
     return out
 
 
@@ -41,12 +45,18 @@ def extract(headers: Mapping[str, str] | None) -> otel_context.Context | None:
     return propagate.extract(dict(headers))
 
 
-def step_context(ctx: otel_context.Context | None) -> contextvars.Context:
+def step_context(
+    ctx: otel_context.Context | None, headers: Mapping[str, str] | None = None
+) -> contextvars.Context:
     """A contextvars context with ``ctx`` attached, in which a call's body runs (each step
-    of a generator too, so context it sets between yields, an open trajectory, survives)."""
+    of a generator too, so context it sets between yields, an open trajectory, survives).
+    The batch the carrier ``headers`` bring, if any, is current in it too."""
     step = contextvars.copy_context()
     if ctx is not None:
         step.run(otel_context.attach, ctx)
+    batch = batch_from_carrier(headers)
+    if batch is not None:
+        step.run(attach_batch, batch)
     return step
 
 
@@ -56,13 +66,17 @@ class attached:
     An empty or ``None`` carrier changes nothing. Yields the attached context.
     """
 
-    __slots__ = ("_ctx", "_token")
+    __slots__ = ("_batch", "_batch_token", "_ctx", "_token")
 
     def __init__(self, headers: Mapping[str, str] | None) -> None:
         self._ctx = extract(headers)
+        self._batch = batch_from_carrier(headers)
         self._token: Any = None
+        self._batch_token: Any = None
 
     def __enter__(self) -> otel_context.Context:
+        if self._batch is not None:
+            self._batch_token = attach_batch(self._batch)
         if self._ctx is None:
             return otel_context.get_current()
         self._token = otel_context.attach(self._ctx)
@@ -72,6 +86,9 @@ class attached:
         if self._token is not None:
             otel_context.detach(self._token)
             self._token = None
+        if self._batch_token is not None:
+            detach_batch(self._batch_token)
+            self._batch_token = None
 
     async def __aenter__(self) -> otel_context.Context:
         return self.__enter__()

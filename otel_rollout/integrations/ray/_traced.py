@@ -93,7 +93,7 @@ def traced(
     def enter(kwargs: dict[str, Any]) -> contextvars.Context:
         """The context the call's body runs in: the carrier's, attached to a copy."""
         headers = kwargs.get(kwarg) if passes_through else kwargs.pop(kwarg, None)
-        return step_context(extract(headers))
+        return step_context(extract(headers), headers)
 
     # One shape for the four kinds: the body (each step of a generator) runs in the
     # carrier's context, then ``after`` runs, however the body ends.
