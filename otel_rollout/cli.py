@@ -100,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run a traced concurrent rollout on real skyrl-gym envs; table, trace, pictures",
         description=(
-            "Run concurrent trajectories on skyrl-gym's gsm8k_multi_turn and text2sql envs "
-            "(a SQLite database is created in the output dir) against a simulated "
+            "Run concurrent trajectories on skyrl-gym's gsm8k_multi_turn, text2sql (a SQLite "
+            "database is created in the output dir) and lcb (generated code run against test "
+            "cases in a subprocess) envs, as one batch, against a simulated "
             "continuous-batching inference server (--engine sim) or any OpenAI-compatible "
             "server (--engine openai). Writes an OTLP JSON lines trace file, a PNG and an "
             "HTML page. Also exports over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-n", "--trajectories", type=int, default=64)
     demo.add_argument("--concurrency", type=int, default=16)
     demo.add_argument(
-        "--envs", default="gsm8k_multi_turn,text2sql", help="comma-separated env classes"
+        "--envs", default="gsm8k_multi_turn,text2sql,lcb", help="comma-separated env classes"
     )
     demo.add_argument("--engine", choices=("sim", "openai"), default="sim")
     demo.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")

@@ -26,7 +26,9 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
                "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0
-    assert "gsm8k_multi_turn" in out and "text2sql" in out
+    assert "gsm8k_multi_turn" in out and "text2sql" in out and "lcb" in out
+    assert "batches (seconds)" in out and "straggler" in out  # the batch view
+    assert (tmp_path / "batches.html").exists() and (tmp_path / "batch-0.png").exists()
     assert "trace file:" in out and "Jaeger" in out
     assert (tmp_path / "breakdown.png").stat().st_size > 1000
     page = (tmp_path / "breakdown.html").read_text()
@@ -35,7 +37,10 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
     assert files
     res = read_trace_file(files[0])
     assert len(res.trajectories) == 8
-    assert {t.breakdown.env_class for t in res.trajectories} == {"gsm8k_multi_turn", "text2sql"}
+    assert {t.breakdown.env_class for t in res.trajectories} == {
+        "gsm8k_multi_turn", "text2sql", "lcb",
+    }  # fmt: skip
+    assert len({t.breakdown.batch_id for t in res.trajectories}) == 1
 
 
 def test_report_equals_online_breakdowns(tmp_path):

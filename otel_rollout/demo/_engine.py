@@ -4,9 +4,11 @@
 queue until a slot of the running batch (``max_batch`` sequences) is free; each engine
 iteration costs ``step_s + step_per_seq_s * batch`` and decodes ``tokens_per_step`` tokens
 of every running sequence; a request that joins the batch adds its prefill cost
-(``prefill_s_per_token * prompt_tokens``) to that iteration. Latencies are real: callers
-``await`` the server loop, which advances by ``asyncio.sleep``. Seeded, so output lengths
-and answers repeat; wall times vary with the machine only through scheduling.
+(``prefill_s_per_token * prompt_tokens``) to that iteration. Output lengths have a long
+tail (a few generations reason far longer than the rest), so a batch has stragglers.
+Latencies are real: callers ``await`` the server loop, which advances by
+``asyncio.sleep``. Seeded, so output lengths and answers repeat; wall times vary with the
+machine only through scheduling.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class SimEngine:
     tokens_per_step: int = 4
     prefill_s_per_token: float = 0.00002
     model: str = "sim-7b"
+    reasoning_scale: float = 20.0
+    tail_shape: float = 1.5
+    max_reasoning_tokens: int = 1000
     _queue: list[_Req] = field(default_factory=list)
     _running: list[_Req] = field(default_factory=list)
     _loop_task: asyncio.Task | None = None
@@ -81,10 +86,16 @@ class SimEngine:
                     req.future.set_result(None)
         self._loop_task = None
 
+    def _reasoning_tokens(self) -> int:
+        """Reasoning tokens before the answer: mostly short, with a long tail (Pareto,
+        shape ``tail_shape``, capped at ``max_reasoning_tokens``), as RL rollouts have."""
+        raw = self._rng.paretovariate(self.tail_shape) * self.reasoning_scale
+        return min(int(raw), self.max_reasoning_tokens)
+
     async def complete(self, messages: list[dict[str, Any]], action: str) -> Completion:
         """Wait the simulated latency of generating ``action`` for ``messages``."""
         n_in = _tokens(messages)
-        n_out = max(8, len(action) // 4 + self._rng.randint(20, 160))  # reasoning tokens
+        n_out = max(8, len(action) // 4 + self._reasoning_tokens())
         fut = asyncio.get_running_loop().create_future()
         self._queue.append(_Req(n_in, n_out, fut))
         if self._loop_task is None:

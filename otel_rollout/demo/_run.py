@@ -20,7 +20,7 @@ from otel_rollout._config import configure
 from otel_rollout._summary import BreakdownCollector
 from otel_rollout._tracer import RolloutTracer
 
-ENVS = ("gsm8k_multi_turn", "text2sql")
+ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 SERVICE = "otel-rollout-demo"
 
 
@@ -30,6 +30,16 @@ def _data(name: str) -> str:
 
 def gsm8k_tasks() -> list[dict[str, str]]:
     return [json.loads(ln) for ln in _data("gsm8k.jsonl").splitlines() if ln.strip()]
+
+
+def lcb_tasks() -> list[dict[str, Any]]:
+    """Small coding problems with stdin/stdout test cases, a right and a wrong solution."""
+    return json.loads(_data("lcb.json"))
+
+
+def _lcb_action(rng: random.Random, task: dict[str, Any]) -> str:
+    code = task["solution"] if rng.random() < 0.6 else task["wrong"]
+    return f"<think>Read the input, compute, print.</think>\n```python\n{code}\n```"
 
 
 def build_sql_db(root: Path) -> tuple[Path, dict[str, Any]]:
@@ -120,6 +130,12 @@ async def _trajectory(
                 extras = {"reward_spec": {"ground_truth": task["answer"]}, "max_turns": max_turns}
                 env_config = None
                 prompt = [{"role": "user", "content": task["question"]}]
+            elif env_class == "lcb":  # the env runs the code against its tests in a subprocess
+                task = ctx["lcb"][i % len(ctx["lcb"])]
+                max_turns = 1
+                extras = {"reward_spec": {"ground_truth": json.dumps(task["tests"])}}
+                env_config = None
+                prompt = [{"role": "user", "content": task["question"]}]
             else:
                 task = ctx["sql"]["tasks"][i % len(ctx["sql"]["tasks"])]
                 max_turns = rng.randint(2, 4)
@@ -142,6 +158,8 @@ async def _trajectory(
             for turn in range(max_turns):
                 if env_class == "gsm8k_multi_turn":
                     action = _gsm8k_action(rng, task["answer"], turn)
+                elif env_class == "lcb":
+                    action = _lcb_action(rng, task)
                 else:
                     action = _sql_action(rng, task, turn, turn == max_turns - 1)
                 async with traj.generate(max_tokens=512) as gen:
@@ -182,7 +200,7 @@ async def run_demo_async(
 
     output_dir.mkdir(parents=True, exist_ok=True)
     engine = engine or SimEngine(seed=seed)
-    ctx: dict[str, Any] = {"gsm8k": gsm8k_tasks()}
+    ctx: dict[str, Any] = {"gsm8k": gsm8k_tasks(), "lcb": lcb_tasks()}
     if "text2sql" in envs:
         ctx["db_path"], ctx["sql"] = build_sql_db(output_dir / "sql_data")
     prov = make_providers(output_dir)
