@@ -33,6 +33,7 @@ def _bd(b: Any) -> dict[str, Any]:
         "start_time_ns": b.start_time_ns,
         "end_time_ns": b.end_time_ns,
         "nanos": dict(b.nanos),
+        "batch_id": b.batch_id,
     }
 
 

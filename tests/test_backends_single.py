@@ -285,3 +285,24 @@ def test_every_dashboard_expression_returns_data(run: Run) -> None:
                 nan_only.append(f"{where}: {expr}")
         assert not empty, "no data:\n  " + "\n  ".join(empty)
         assert not nan_only, "only NaN:\n  " + "\n  ".join(nan_only)
+
+
+def test_jaeger_shows_each_trajectory_linked_to_its_batch_span(run: Run) -> None:
+    _wait_whole(run)
+    batch_id = {b.get("batch_id") for b in run.online}
+    assert len(batch_id) == 1 and None not in batch_id
+    linked = set()
+    for b in run.online:
+        (trace,) = get_json(f"{run.jaeger_url}/api/traces/{b['trace_id']}")["data"]
+        (root,) = [s for s in trace["spans"] if not any(
+            r["refType"] == "CHILD_OF" for r in s.get("references", []))]  # fmt: skip
+        refs = [r for r in root["references"] if r["refType"] == "FOLLOWS_FROM"]
+        assert len(refs) == 1, root["references"]  # the span link, as Jaeger shows it
+        linked.add((refs[0]["traceID"], refs[0]["spanID"]))
+    ((batch_trace, batch_span),) = linked  # every root links to the same span...
+    (trace,) = get_json(f"{run.jaeger_url}/api/traces/{batch_trace}")["data"]
+    (span,) = [s for s in trace["spans"] if s["spanID"] == batch_span]
+    tags = {t["key"]: t["value"] for t in span["tags"]}
+    assert span["operationName"] == "batch"  # ...the batch span, with the batch's figures
+    assert tags["rollout.batch.id"] in batch_id and tags["rollout.batch.trajectories"] == N
+    assert tags["rollout.batch.tail_time"] > 0
