@@ -45,6 +45,7 @@ build() {
   local dest="$cache/$1" name="$1" started
   shift
   work="$(mktemp -d "$cache/.tmp-$name.XXXXXX")"
+  chmod 755 "$work"
   started=$(date +%s)
   echo "building $name (once per machine; cached in $dest)" >&2
   if ! "$@"; then
