@@ -24,6 +24,7 @@ from otel_rollout._console import ConsoleTreeExporter
 from otel_rollout._context import bind_context, run_in_executor
 from otel_rollout._export import ExportStats, guarded_batch_processor
 from otel_rollout._genai_metrics import GenAIMetricsProcessor
+from otel_rollout._loopstall import configure_loop_stalls
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._rollout import get_rollout
 from otel_rollout._sampling import RecordingRatioSampler
@@ -72,6 +73,7 @@ __all__ = [
     "bind_context",
     "compute_breakdown",
     "configure",
+    "configure_loop_stalls",
     "get_rollout",
     "guarded_batch_processor",
     "mark_consumed",

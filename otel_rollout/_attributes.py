@@ -203,3 +203,30 @@ GENAI_DURATION_BUCKETS: Final = (
 GENAI_TOKEN_BUCKETS: Final = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )  # fmt: skip
+
+# --- waits: the engine's share of llm time, event-loop stalls --------------------------
+#: Sub-parts of the ``llm`` band from the engine's own per-request timings; never bands.
+LLM_QUEUE: Final = "llm_queue"
+LLM_PREFILL: Final = "llm_prefill"
+LLM_DECODE: Final = "llm_decode"
+LLM_CLIENT: Final = "llm_client"
+LLM_SUBPARTS: Final = (LLM_QUEUE, LLM_PREFILL, LLM_DECODE, LLM_CLIENT)
+#: Event-loop time per trajectory; cross-cutting (they overlap bands), never bands.
+LOOP_OWN: Final = "loop_own"
+LOOP_BLOCKED: Final = "loop_blocked"
+#: Own time in slow callbacks (the stalls this trajectory caused).
+LOOP_STALL: Final = "loop_stall"
+LOOP_PARTS: Final = (LOOP_OWN, LOOP_BLOCKED, LOOP_STALL)
+#: Root attributes written by the loop-stall monitor, integer nanoseconds / counts.
+LOOP_OWN_NS: Final = "rollout.loop.own_ns"
+LOOP_BLOCKED_NS: Final = "rollout.loop.blocked_ns"
+LOOP_STALL_NS: Final = "rollout.loop.stall_ns"
+LOOP_STALLS: Final = "rollout.loop.stalls"
+#: Span event on the culprit's phase (or root) for one callback above the threshold.
+EVENT_LOOP_STALL: Final = "rollout.loop.stall"
+LOOP_STALL_DURATION: Final = "rollout.loop.stall.duration"
+LOOP_STALL_CULPRIT: Final = "rollout.loop.stall.culprit"
+#: Culprit phase of a stall outside any phase / outside any trajectory.
+CULPRIT_NO_PHASE: Final = "none"
+CULPRIT_OUTSIDE: Final = "outside"
+METRIC_LOOP_STALL: Final = "rollout.loop.stall.duration"

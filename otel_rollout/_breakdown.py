@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from otel_rollout import _attributes as A
 from otel_rollout._semconv import bounded_status
+from otel_rollout._waits import loop_ns, wait_attributes, with_waits
 
 _NS = 1e-9
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
@@ -139,6 +140,21 @@ class Breakdown:
     finish_session: float = 0.0
     #: The trajectory's reward (``rollout.trajectory.reward``), when it was set.
     reward: float | None = None
+    #: Sub-parts of ``llm`` from the engine's own timings (``None`` when it reported
+    #: none): queue, prefill, decode, and the client remainder. Never bands.
+    llm_queue: float | None = None
+    llm_prefill: float | None = None
+    llm_decode: float | None = None
+    llm_client: float | None = None
+    #: Event-loop time (``None`` when not measured): this trajectory's own callbacks, and
+    #: an upper bound on how long others' slow callbacks delayed it. Overlap the bands.
+    loop_own: float | None = None
+    loop_blocked: float | None = None
+    #: Its own time in slow callbacks: the stalls it caused others.
+    loop_stall: float | None = None
+    #: Those waits that are known, in integer nanoseconds (keys ``llm_queue``...,
+    #: ``loop_own``, ``loop_blocked``); apart from ``nanos``, which holds the bands.
+    waits_nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
 
     def __reduce__(self) -> tuple[Any, tuple]:
         # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
@@ -190,6 +206,7 @@ class Breakdown:
         out[A.BREAKDOWN_FINISH_SESSION] = self.finish_session
         out[A.TURNS] = self.turns
         out[A.ENV_STEPS] = self.env_steps
+        out.update(wait_attributes(self))
         return out
 
 
@@ -200,6 +217,8 @@ def _rebuild(values: list[Any]) -> Breakdown:
     fields = dict(zip(Breakdown.__slots__, values, strict=False))  # older: fewer fields
     fields["nanos"] = MappingProxyType(dict(fields["nanos"]))
     fields["attributes"] = MappingProxyType(dict(fields["attributes"]))
+    if "waits_nanos" in fields:
+        fields["waits_nanos"] = MappingProxyType(dict(fields["waits_nanos"]))
     return Breakdown(**fields)
 
 
@@ -403,14 +422,16 @@ def root_breakdown(
     error: bool = False,
     trace_id: str = "",
     bands: Mapping[str, str] | None = None,
+    engine: Sequence[int] | None = None,
 ) -> Breakdown:
     """The breakdown of a trajectory root with its labels: what the processor, the console
     exporter and the report all compute when a root ends.
 
-    ``attributes`` are the root span's; ``error`` is whether its status code is ERROR.
+    ``attributes`` are the root span's; ``error`` is whether its status code is ERROR;
+    ``engine`` the engine's (queue, prefill, decode) ns summed over the generate calls.
     """
     status, env_class, model, labels = root_labels(attributes, error)
-    return compute_breakdown(
+    bd = compute_breakdown(
         start_ns,
         end_ns,
         phases,
@@ -425,6 +446,7 @@ def root_breakdown(
         policy_version=attributes.get(A.POLICY_VERSION),
         reward=attributes.get(A.REWARD),
     )
+    return with_waits(bd, engine, loop_ns(attributes))
 
 
 def breakdown_from_tree(
@@ -435,6 +457,7 @@ def breakdown_from_tree(
     error: bool = False,
     trace_id: str = "",
     bands: Mapping[str, str] | None = None,
+    engine: Sequence[int] | None = None,
 ) -> tuple[Breakdown, list[PhaseInterval]]:
     """The breakdown of the trajectory rooted at ``root`` from the spans of its trace, and
     the outermost phases it was computed from (a span tree: a trace file, a backend, the
@@ -442,8 +465,9 @@ def breakdown_from_tree(
     end = root.end_ns if root.end_ns is not None else root.start_ns
     phases = outermost_phases(root.span_id, spans, end_open_at=end)
     bd = root_breakdown(
-        root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands
-    )
+        root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands,
+        engine=engine,
+    )  # fmt: skip
     return bd, phases
 
 

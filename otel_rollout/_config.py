@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from opentelemetry import metrics, trace
 
 from otel_rollout._genai_metrics import GenAIMetricsProcessor
+from otel_rollout._loopstall import configure_loop_stalls
 from otel_rollout._pipeline import TracePipeline, metric_readers, otlp_exporter
 from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._resource import build_resource
@@ -152,6 +153,8 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
     if on_breakdown is not None:
         sinks.append(on_breakdown)
     processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=settings.bands)
+    configure_loop_stalls(settings.loop_stalls, threshold_s=settings.loop_stall_threshold_ms / 1e3,
+                          meter_provider=meter_provider)  # fmt: skip
     tracer_provider = TracerProvider(resource=resource,
                                      sampler=RecordingRatioSampler(settings.sample_ratio),
                                      shutdown_on_exit=False)  # fmt: skip

@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import _attributes as A
 from otel_rollout import _coerce as C
-from otel_rollout import _semconv
+from otel_rollout import _loopstall, _semconv
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import error_type, internal_error
 from otel_rollout._settings import from_environment
@@ -183,6 +183,8 @@ class Phase:
     def end(self, end_time: int | None = None) -> None:
         """End a phase opened with ``scope.start()`` (a ``with`` block ends its own);
         ``end_time`` in nanoseconds since the epoch (the tracer's clock), now if not given."""
+        if _loopstall.ACTIVE:
+            _loopstall.phase_ending(self.span)
         self.span.end(end_time=self._clock() if end_time is None else end_time)
 
 
@@ -328,6 +330,8 @@ class _PhaseScope:
             internal_error("phase end", err)
         finally:
             try:
+                if _loopstall.ACTIVE:
+                    _loopstall.phase_ending(span)
                 span.end(end_time=handle._clock())
             finally:
                 _detach(token)

@@ -18,6 +18,7 @@ from otel_rollout._breakdown import Breakdown, root_breakdown
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._fork import reset_in_child
 from otel_rollout._version import __version__
+from otel_rollout._waits import add_engine, engine_ns
 
 BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
@@ -31,7 +32,9 @@ SCOPE_NAME = "otel_rollout"
 
 
 class _Trajectory:
-    __slots__ = ("attrs", "breakdown", "n_open", "phases", "root_id", "start_ns", "trace_id")
+    __slots__ = (
+        "attrs", "breakdown", "engine", "n_open", "phases", "root_id", "start_ns", "trace_id",
+    )  # fmt: skip
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
         self.root_id = root_id
@@ -43,6 +46,7 @@ class _Trajectory:
         self.phases: array[int] = array("q")
         self.n_open = 0  # open descendant spans tracked in the processor's open map
         self.breakdown: Breakdown | None = None
+        self.engine: list[int] | None = None  # engine timings of its generate calls
 
 
 class BreakdownProcessor(SpanProcessor):
@@ -196,6 +200,10 @@ class BreakdownProcessor(SpanProcessor):
                         if code is None:
                             code = self._code(phase)
                         traj.phases.extend((code, top_start, span.end_time))
+                        if phase == A.PHASE_LLM:
+                            part = engine_ns(getattr(span.attributes, "_dict", span.attributes))
+                            if part is not None:
+                                traj.engine = add_engine(traj.engine, part)
                     return
                 end = span.end_time or traj.start_ns
                 bd = traj.breakdown
@@ -307,6 +315,7 @@ class BreakdownProcessor(SpanProcessor):
             error=status_code is StatusCode.ERROR,
             trace_id=format(traj.trace_id, "032x"),
             bands=self._bands,
+            engine=traj.engine,
         )
 
     def _emit(self, bd: Breakdown, span: ReadableSpan) -> None:

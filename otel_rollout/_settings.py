@@ -191,6 +191,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bands", ("OTEL_ROLLOUT_BANDS",),
             Pairs("phase=band pairs, band one of " + ", ".join(A.ALL_BANDS), _check_band), None,
             "custom phases counted in a band, e.g. `judge=llm`", default_doc="none"),
+    Setting("loop_stalls", ("OTEL_ROLLOUT_LOOP_STALLS",), Bool(), True,
+            "time event-loop callbacks: `loop_own`, `loop_blocked`, stall events and metric "
+            "(docs/waits.md)", argument=False),
+    Setting("loop_stall_threshold_ms", ("OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS",),
+            Number(0, unit="ms"), 5.0, "a loop callback at least this long is a stall",
+            argument=False),
     Setting("output_dir", ("OTEL_ROLLOUT_OUTPUT_DIR",), Path(), _FsPath(DEFAULT_OUTPUT_DIR),
             "trace file folder", default_doc=f"`./{DEFAULT_OUTPUT_DIR}`"),
     Setting("trace_file_max_mb", ("OTEL_ROLLOUT_TRACE_FILE_MAX_MB",), Number(0, unit="MiB"),
@@ -252,6 +258,8 @@ class Settings:
     tail_keep_slower_than_s: float | None = None
     tail_keep_percentile: float | None = None
     bands: Mapping[str, str] | None = None
+    loop_stalls: bool = True
+    loop_stall_threshold_ms: float = 5.0
     output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
     trace_file_max_mb: float = 128
     trace_file_max_age_s: float = 3600

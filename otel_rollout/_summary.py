@@ -41,9 +41,11 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
     (p90 is ``numpy.percentile(x, 90)``), the same statistics of the ``env_queue`` sub-part
     (the wait for an env executor thread, inside the bands) and of ``finish_session`` (outside
     ``completion``), and ``{prefix}frac_time_in_env``, the time-weighted
-    ``sum(env) / (sum(llm) + sum(env))``. Statistics are computed from the trajectories
-    themselves, so the summary of two batches together is ``summarize(a + b)``, never a
-    merge of two summaries. No breakdowns give an empty dict.
+    ``sum(env) / (sum(llm) + sum(env))``. Where known, the waits have keys of their own:
+    ``trajectory_time_{llm_queue,llm_prefill,llm_decode,llm_client,loop_own,loop_blocked,
+    loop_stall}_*`` over the trajectories that report them. Statistics are computed from
+    the trajectories themselves, so the summary of two batches together is
+    ``summarize(a + b)``, never a merge of two summaries. No breakdowns give an empty dict.
 
     Where rewards are known (``Trajectory.set_reward``), also the mean reward per env
     class by e2e decile and by turn count (:func:`~otel_rollout._reward.reward_keys`):
@@ -56,9 +58,20 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
         attr: np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
         for _, attr in _KEY_NAMES
     }
+    for name in WAIT_FIELDS:
+        if any(getattr(b, name, None) is not None for b in items):
+            columns[name] = np.fromiter(
+                (np.nan if (v := getattr(b, name, None)) is None else v for b in items),
+                dtype=np.float64,
+                count=len(items),
+            )
     out = summarize_columns(columns, prefix=prefix)
     out.update(reward_keys(reward_vs_latency(items), prefix))
     return out
+
+
+#: Optional columns of waits (sub-parts of llm, event-loop figures), NaN where unknown.
+WAIT_FIELDS = (*A.LLM_SUBPARTS, *A.LOOP_PARTS)
 
 
 #: The :class:`Breakdown` fields :func:`summarize_columns` reads, one column each.
@@ -80,6 +93,18 @@ def summarize_columns(columns: Mapping[str, Any], *, prefix: str = "generate/") 
         sums[attr] = float(np.sum(values))
     denom = sums[A.PHASE_LLM] + sums[A.PHASE_ENV]
     out[f"{prefix}frac_time_in_env"] = sums[A.PHASE_ENV] / denom if denom > 0 else 0.0
+    # Waits (llm sub-parts, event-loop figures): over the trajectories that have them
+    # (optional columns; NaN where a trajectory has none).
+    for name in WAIT_FIELDS:
+        column = columns.get(name)
+        if column is None:
+            continue
+        values = np.asarray(column, dtype=np.float64)
+        values = values[~np.isnan(values)]
+        if values.size:
+            out[f"{prefix}trajectory_time_{name}_mean"] = float(np.mean(values))
+            out[f"{prefix}trajectory_time_{name}_p90"] = float(np.percentile(values, 90))
+            out[f"{prefix}trajectory_time_{name}_max"] = float(np.max(values))
     return out
 
 

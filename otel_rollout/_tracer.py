@@ -14,7 +14,7 @@ from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import _attributes as A
-from otel_rollout import _semconv
+from otel_rollout import _loopstall, _semconv
 from otel_rollout._batch_span import BatchInstruments, BatchScope, current_batch, new_batch_id
 from otel_rollout._errors import internal_error
 from otel_rollout._handles import (
@@ -63,12 +63,13 @@ def _parent_context() -> otel_context.Context | None:
 class _TrajectoryScope:
     """Context manager (sync and async) for one trajectory's root span."""
 
-    __slots__ = ("_attrs", "_ctx_token", "_owner", "_traj", "_var_token")
+    __slots__ = ("_attrs", "_ctx_token", "_loop", "_owner", "_traj", "_var_token")
 
     def __init__(self, owner: RolloutTracer, attrs: dict[str, Any]) -> None:
         self._owner = owner
         self._attrs = attrs
         self._traj: Trajectory | None = None
+        self._loop: Any = None  # its event-loop account (otel_rollout._loopstall)
 
     def __enter__(self) -> Trajectory:
         attrs = self._attrs
@@ -118,6 +119,7 @@ class _TrajectoryScope:
             self._traj = traj
             self._ctx_token = otel_context.attach(traj._ctx)
             self._var_token = _CURRENT.set(traj)
+            self._loop = _loopstall.begin(span, attrs.get(A.ENV_CLASS))
         except BaseException:  # interrupted (KeyboardInterrupt): nothing left in flight
             span.end()
             raise
@@ -141,6 +143,9 @@ class _TrajectoryScope:
                 status = A.STATUS_ERROR if failed else A.STATUS_OK
             span.set_attribute(A.STATUS, status)
             traj.status = status
+            if self._loop is not None:
+                loop, self._loop = self._loop, None
+                span.set_attributes(_loopstall.finish(loop))
             owner = self._owner
             end_ns = owner._clock()
             # The hand-off: the processor writes the breakdown onto the root and ends it.
@@ -200,6 +205,7 @@ class RolloutTracer:
     ) -> None:
         self._provider = tracer_provider
         self._tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
+        _loopstall.prepare()
         self._meter_provider = meter_provider
         self._batch_instruments: BatchInstruments | None = None
         self._processor = processor

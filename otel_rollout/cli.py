@@ -178,10 +178,11 @@ def _example(args: argparse.Namespace) -> int:
 
 def _show(console, data, out_dir: Path | None, title: str, batch_spans=None,
           jaeger_url: str | None = None) -> None:  # fmt: skip
-    from otel_rollout.report._tables import print_slowest, print_table
+    from otel_rollout.report._tables import print_slowest, print_table, print_waits
 
     print_table(console, data, title)
     print_slowest(console, data)
+    print_waits(console, data)
     if out_dir is not None and data.count:
         from otel_rollout.report._pictures import draw
 

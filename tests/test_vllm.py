@@ -130,6 +130,7 @@ class FakeAsyncLLM:
         otlp_traces_endpoint: str | None = "http://collector:4317",
         fail_after: int | None = None,
         step_s: float = 0.0,
+        clock: tuple[float, float, float, float] = (100.0, 100.25, 100.5, 0.125),
     ) -> None:
         self.tracer = trace.get_tracer("vllm.llm_engine", tracer_provider=tracer_provider)
         self.observability_config = SimpleNamespace(otlp_traces_endpoint=otlp_traces_endpoint)
@@ -138,6 +139,9 @@ class FakeAsyncLLM:
         self.n = n
         self.fail_after = fail_after
         self.step_s = step_s
+        # engine-core monotonic times: queued, scheduled, first token, then per token
+        self.clock = clock
+        self.metrics: list[Any] = []
         self.received: list[Any] = []
         self.aborted: list[str] = []
         self.calls = 0
@@ -165,7 +169,9 @@ class FakeAsyncLLM:
         ctx = TraceContextTextMapPropagator().extract(trace_headers) if trace_headers else None
         span = self.tracer.start_span("llm_request", context=ctx, kind=SpanKind.SERVER)
         delta = sampling_params.output_kind == RequestOutputKind.DELTA
-        metrics = stats(queued_ts=100.0, scheduled_ts=100.25, num_generation_tokens=0)
+        queued, scheduled, first, per_token = self.clock
+        metrics = stats(queued_ts=queued, scheduled_ts=scheduled, num_generation_tokens=0)
+        self.metrics.append(metrics)
         ids = {i: [] for i in range(self.n)}
         try:
             for step in range(self.tokens):
@@ -174,9 +180,9 @@ class FakeAsyncLLM:
                 await asyncio.sleep(self.step_s)
                 last = step == self.tokens - 1
                 if step == 0:
-                    metrics.first_token_ts = 100.5
+                    metrics.first_token_ts = first
                     metrics.first_token_latency = 0.6
-                metrics.last_token_ts = 100.5 + 0.125 * step
+                metrics.last_token_ts = first + per_token * step
                 outs = []
                 for i in range(self.n):
                     ids[i].append(10 * i + step)
@@ -818,3 +824,35 @@ def test_public_names_import_as_before():
         "OPERATION", "SYSTEM",
     ):  # fmt: skip
         assert hasattr(V, name), name
+
+
+# --- the engine split of llm time ---
+async def test_breakdown_splits_llm_into_queue_prefill_decode_and_client(rollout_env):
+    # engine times 1 ms queue, 2 ms prefill, 4 ms decode per call; each call sleeps 12 ms,
+    # so the client remainder is positive whatever the machine's load
+    clock = (10.0, 10.001, 10.003, 0.002)
+    engine = V.wrap_generate(FakeAsyncLLM(rollout_env.tracer_provider, step_s=0.004, clock=clock))
+    async with rollout_env.tracer.trajectory(env="gsm8k"):
+        for turn in range(2):
+            await consume(engine, f"turn {turn}", SamplingParams(), f"r{turn}")
+    (bd,) = rollout_env.breakdowns
+    want = [0, 0, 0]
+    for m in engine.metrics:  # the RequestOutput.metrics the stream carried
+        want[0] += round((m.scheduled_ts - m.queued_ts) * 1e9)
+        want[1] += round((m.first_token_ts - m.scheduled_ts) * 1e9)
+        want[2] += round((m.last_token_ts - m.first_token_ts) * 1e9)
+    n, w = bd.nanos, bd.waits_nanos
+    assert [w["llm_queue"], w["llm_prefill"], w["llm_decode"]] == want
+    assert w["llm_client"] == n["llm"] - sum(want) > 0
+    assert bd.llm_queue == pytest.approx(0.002) and bd.llm_decode == pytest.approx(0.008)
+    # sub-parts never change the bands
+    assert sum(n[b] for b in A.ALL_BANDS) == n["e2e"]
+    root = rollout_env.spans(A.SPAN_TRAJECTORY)[0]
+    assert attrs(root)["rollout.breakdown.llm_queue"] == bd.llm_queue
+
+
+async def test_no_engine_timings_leave_the_split_unknown(rollout_env):
+    async with rollout_env.tracer.trajectory() as traj, traj.generate():
+        pass
+    (bd,) = rollout_env.breakdowns
+    assert bd.llm_queue is None and bd.llm_client is None and "llm_queue" not in bd.waits_nanos

@@ -17,7 +17,7 @@ import numpy as np
 
 from otel_rollout._breakdown import Breakdown, PhaseInterval
 from otel_rollout._reward import RewardColumns, reward_keys
-from otel_rollout._summary import SUMMARY_FIELDS, summarize_columns
+from otel_rollout._summary import SUMMARY_FIELDS, WAIT_FIELDS, summarize_columns
 from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
 
@@ -30,6 +30,10 @@ class ReportData:
         self._k = slowest
         self._groups: dict[Any, dict[str, array]] = {}
         self._heap: list[tuple[float, int, TrajectoryTrace]] = []
+        #: Per env class, a column per wait (NaN where a trajectory has none).
+        self._waits: dict[Any, dict[str, array]] = {}
+        #: The ``k`` trajectories with the most own time in loop stalls (the culprits).
+        self._culprits: list[tuple[float, int, Breakdown]] = []
         self._tie = itertools.count()
         #: Trajectories with a batch id, by batch (the batch view).
         self.batches = BatchGroups()
@@ -59,19 +63,47 @@ class ReportData:
             cols[f].append(getattr(b, f))
         self.batches.add(b)
         self.rewards.add_breakdown(b)
+        self._add_waits(b)
         item = (b.e2e, next(self._tie), trajectory)
         if len(self._heap) < self._k:
             heapq.heappush(self._heap, item)
         elif self._k and item[0] > self._heap[0][0]:
             heapq.heapreplace(self._heap, item)
 
+    def _add_waits(self, b: Breakdown) -> None:
+        known = {f: v for f in WAIT_FIELDS if (v := getattr(b, f, None)) is not None}
+        cols = self._waits.get(b.env_class)
+        if cols is None:
+            if not known:
+                return
+            n_before = len(self._groups[b.env_class][SUMMARY_FIELDS[0]]) - 1
+            cols = self._waits[b.env_class] = {
+                f: array("d", [float("nan")] * n_before) for f in WAIT_FIELDS
+            }
+        for f in WAIT_FIELDS:
+            cols[f].append(known.get(f, float("nan")))
+        stall = known.get("loop_stall") or 0.0
+        if stall > 0 and self._k:
+            item = (stall, next(self._tie), b)
+            if len(self._culprits) < self._k:
+                heapq.heappush(self._culprits, item)
+            elif item[0] > self._culprits[0][0]:
+                heapq.heapreplace(self._culprits, item)
+
     def groups(self) -> list[tuple[str, int, dict[str, np.ndarray]]]:
-        """``(env class, n, columns)`` per env class, by name."""
+        """``(env class, n, columns)`` per env class, by name; the waits' columns too
+        where any trajectory of the class has them."""
         out = []
         for key, cols in sorted(self._groups.items(), key=lambda kv: str(kv[0])):
             arrays = {f: np.frombuffer(c, dtype=np.float64) for f, c in cols.items()}
+            for f, c in self._waits.get(key, {}).items():
+                arrays[f] = np.frombuffer(c, dtype=np.float64)
             out.append((str(key), len(cols[SUMMARY_FIELDS[0]]), arrays))
         return out
+
+    def culprits(self) -> list[Breakdown]:
+        """The trajectories with the most own time in loop stalls, most first."""
+        return [b for _, _, b in sorted(self._culprits, key=lambda i: (-i[0], i[1]))]
 
     def summary(self, prefix: str = "generate/") -> dict[str, float]:
         """SkyRL's keys over every trajectory added (empty when none)."""
@@ -79,6 +111,10 @@ class ReportData:
             return {}
         groups = self.groups()
         columns = {f: np.concatenate([g[2][f] for g in groups]) for f in SUMMARY_FIELDS}
+        if self._waits:
+            nan = float("nan")
+            for f in WAIT_FIELDS:
+                columns[f] = np.concatenate([g[2].get(f, np.full(g[1], nan)) for g in groups])
         out = summarize_columns(columns, prefix=prefix)
         out.update(reward_keys(self.rewards.analyses(), prefix))
         return out

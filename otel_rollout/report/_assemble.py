@@ -18,6 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
 from otel_rollout._breakdown import SpanRecord, breakdown_from_tree
+from otel_rollout._waits import engine_from_tree, engine_ns
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
@@ -42,10 +43,12 @@ REMEMBERED_TRACES = 200_000
 
 
 class _Trace:
-    __slots__ = ("has_phase", "ready_at", "records", "roots")
+    __slots__ = ("engine", "has_phase", "ready_at", "records", "roots")
 
     def __init__(self) -> None:
         self.records: dict[int, SpanRecord] = {}
+        #: span id -> (name, engine timings) of spans carrying them (waits: llm split)
+        self.engine: dict[int, tuple[str, tuple[int, int, int]]] = {}
         self.roots: list[RawSpan] = []
         self.ready_at = -1  # spans read when the last root arrived; -1: no root yet
         self.has_phase = False
@@ -107,6 +110,9 @@ class TraceAssembler:
         record = SpanRecord.from_span(span)
         trace.records[span.span_id] = record
         self._buffered += 1
+        timings = engine_ns(span.attributes)
+        if timings is not None:
+            trace.engine[span.span_id] = (span.name, timings)
         if A.TRAJECTORY_ID in span.attributes:
             trace.roots.append(span)
             trace.ready_at = self._seen
@@ -161,6 +167,7 @@ class TraceAssembler:
                 error=root.status_code is StatusCode.ERROR,
                 trace_id=tid,
                 bands=self._bands,
+                engine=engine_from_tree(root.span_id, records, trace.engine),
             )
             result.found += 1
             self._emit(TrajectoryTrace(bd, phases, root.service))

@@ -103,6 +103,7 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         print_rewards,
         print_slowest,
         print_table,
+        print_waits,
     )
 
     console = Console()
@@ -110,6 +111,7 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         print_table(console, data, f"report: {' '.join(args.source)}")
         print_slowest(console, data)
         print_rewards(console, data)
+        print_waits(console, data)
         if len(data.batches):
             show_batches(console, data, result.batches, args.output_dir,
                          getattr(args, "jaeger_url", None))  # fmt: skip

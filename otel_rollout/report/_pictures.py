@@ -23,6 +23,30 @@ COLORS = {
 }
 
 
+#: The llm band's sub-parts, drawn as a narrow bar beside it where the engine reported them.
+SPLIT_COLORS = {
+    "llm_queue": "#A6BDDB",
+    "llm_prefill": "#74A9CF",
+    "llm_decode": "#2B8CBE",
+    "llm_client": "#D0D1E6",
+}
+
+
+def _draw_llm_split(ax, x, groups) -> None:
+    bottom = np.zeros(len(groups))
+    for name, color in SPLIT_COLORS.items():
+        vals = []
+        for _, _, cols in groups:
+            col = cols.get(name)
+            known = col[~np.isnan(col)] if col is not None else np.array([])
+            vals.append(float(np.mean(known)) if known.size else 0.0)
+        if not any(vals):
+            continue
+        ax.bar(x + 0.5, vals, width=0.15, bottom=bottom, label=name, color=color,
+               hatch="//", edgecolor="white")  # fmt: skip
+        bottom += np.array(vals)
+
+
 def draw(data: ReportData, out_dir: Path, stem: str = "breakdown") -> tuple[Path, Path]:
     """Stacked bars per env class + a timeline of the slowest; PNG and HTML."""
     import matplotlib
@@ -43,6 +67,7 @@ def draw(data: ReportData, out_dir: Path, stem: str = "breakdown") -> tuple[Path
         vals = np.array([float(np.mean(cols[band])) for _, _, cols in groups])
         ax1.bar(x, vals, bottom=bottom, label=band, color=COLORS[band])
         bottom += vals
+    _draw_llm_split(ax1, x, groups)
     ax1.set_xticks(x, [g for g, _, _ in groups])
     ax1.set_ylabel("mean seconds per trajectory")
     ax1.set_title("where trajectory time goes, per env class")

@@ -97,3 +97,53 @@ def print_rewards(console, data: ReportData) -> None:
         t.add_row(a.env_class, str(a.n), "e2e decile", deciles)
         t.add_row("", "", "turns", turns, end_section=True)
     console.print(t)
+
+
+def _mean(column) -> float | None:
+    import numpy as np
+
+    values = column[~np.isnan(column)] if column is not None else None
+    return float(values.mean()) if values is not None and values.size else None
+
+
+def print_waits(console, data: ReportData, k: int = 5) -> None:
+    """Where known: the engine's share of llm and the event-loop figures per env class
+    (mean seconds over the trajectories that have them), and the top loop culprits."""
+    from rich import box
+    from rich.table import Table
+
+    groups = data.groups()
+    for title, fields in (
+        ("llm split: engine queue / prefill / decode, client (mean seconds)",
+         ("llm", "llm_queue", "llm_prefill", "llm_decode", "llm_client")),
+        ("event loop: own time, blocked by others' stalls (upper bound), own stalls "
+         "(mean seconds)", ("e2e", "loop_own", "loop_blocked", "loop_stall")),
+    ):  # fmt: skip
+        rows = []
+        for env_class, n, cols in groups:
+            means = [_mean(cols.get(f)) for f in fields]
+            if any(m is not None for m in means[1:]):
+                rows.append((env_class, n, means))
+        if not rows:
+            continue
+        t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1))
+        t.add_column("env class", overflow="fold", max_width=20)
+        t.add_column("n", justify="right", no_wrap=True)
+        for f in fields:
+            t.add_column(f, justify="right", no_wrap=True)
+        for env_class, n, means in rows:
+            t.add_row(env_class, str(n), *("-" if m is None else f"{m:.3f}" for m in means))
+        console.print(t)
+    culprits = data.culprits()[:k]
+    if culprits:
+        t = Table(title="top loop culprits (own time in stalls, seconds)", box=box.SIMPLE_HEAD,
+                  padding=(0, 1))  # fmt: skip
+        t.add_column("trajectory", overflow="ellipsis", max_width=14, no_wrap=True)
+        t.add_column("env class", overflow="ellipsis", max_width=12, no_wrap=True)
+        t.add_column("stalls", justify="right", no_wrap=True)
+        t.add_column("own", justify="right", no_wrap=True)
+        t.add_column("trace id", no_wrap=True, min_width=32)
+        for b in culprits:
+            t.add_row(b.trajectory_id, str(b.env_class), f"{b.loop_stall:.3f}",
+                      f"{b.loop_own:.3f}", b.trace_id)  # fmt: skip
+        console.print(t)
