@@ -259,7 +259,10 @@ def test_a_breakdown_pickled_without_the_later_fields_still_loads():
     b = bd([("env_queue", 0, 5 * MS), ("env", 5 * MS, 9 * MS)])
     assert pickle.loads(pickle.dumps(b)) == b
     _, (values,) = b.__reduce__()
-    old = _rebuild(values[:-4])  # as a worker of an earlier version sends it
+    from otel_rollout._breakdown import Breakdown
+
+    # as a worker of an earlier version sends it: the fields up to env_queue
+    old = _rebuild(values[: Breakdown.__slots__.index("env_queue")])
     assert old.nanos == b.nanos and old.env_queue == 0.0 and old.finish_session == 0.0
     assert old.reward is None
 
