@@ -47,6 +47,44 @@ def engine_ns(attrs: Mapping[str, Any] | None) -> tuple[int, int, int] | None:
     return (parts[0] or 0, parts[1] or 0, parts[2] or 0)
 
 
+def engine_timings(metrics: Any) -> dict[str, float | int]:
+    """Durations from an engine's per-request timestamps, in seconds, as vLLM's own span
+    attributes: ``RequestOutput.metrics`` (vLLM's ``RequestStateStats``), or anything with
+    its fields (the demo's engine simulator).
+
+    Only differences taken within one clock: ``queued_ts``, ``scheduled_ts``,
+    ``first_token_ts`` and ``last_token_ts`` are the engine core's monotonic clock, while
+    ``arrival_time`` is the frontend's wall clock and is never subtracted from them.
+    A timestamp still at its default 0.0 (not reached, e.g. aborted while queued) yields
+    nothing. ``first_token_latency`` is vLLM's own wall-clock difference from arrival.
+    The keys are vLLM's own (those of its ``llm_request`` span); the breakdown's
+    ``llm_queue / llm_prefill / llm_decode`` sub-parts are read from them.
+    """
+    out: dict[str, float | int] = {}
+
+    def ts(name: str) -> float:
+        value = getattr(metrics, name, None)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    queued, scheduled = ts("queued_ts"), ts("scheduled_ts")
+    first, last = ts("first_token_ts"), ts("last_token_ts")
+    for key, a, b in (
+        (A.VLLM_TIME_IN_QUEUE, queued, scheduled),
+        (A.VLLM_TIME_IN_PREFILL, scheduled, first),
+        (A.VLLM_TIME_IN_DECODE, first, last),
+        (A.VLLM_TIME_IN_INFERENCE, scheduled, last),
+    ):
+        if a > 0.0 and b > 0.0 and b >= a:
+            out[key] = b - a
+    ttft = ts("first_token_latency")
+    if ttft > 0.0:
+        out[A.VLLM_TIME_TO_FIRST_TOKEN] = ttft
+    preemptions = getattr(metrics, "num_preemptions", None)
+    if isinstance(preemptions, int) and preemptions > 0:
+        out[A.VLLM_NUM_PREEMPTIONS] = preemptions
+    return out
+
+
 def add_engine(total: list[int] | None, part: tuple[int, int, int]) -> list[int]:
     """``total`` (queue, prefill, decode, calls) plus one call's timings."""
     if total is None:

@@ -245,3 +245,21 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
     # blocked by every env step of the others.
     last = max(bds, key=lambda b: b.end_time_ns)
     assert last.loop_blocked >= (n - 1) * turns * step_s
+
+
+# --- the demo shows the waits ------------------------------------------------------------------
+def test_demo_shows_loop_stalls_the_engine_split_and_the_same_waits_offline(tmp_path):
+    pytest.importorskip("skyrl_gym")
+    from otel_rollout.demo._run import GSM8K_LOOP_WORK_S, run_demo_async
+    from otel_rollout.report import read_trace_file
+
+    result = asyncio.run(run_demo_async(n=8, concurrency=4, output_dir=tmp_path))
+    assert result.errors == 0 and len(result.breakdowns) == 8
+    for b in result.breakdowns:
+        # the simulator reports queue / prefill / decode for every generate call
+        assert b.llm_queue is not None and b.llm_prefill > 0 and b.llm_decode > 0
+        if b.env_class == "gsm8k_multi_turn":  # its reward code runs on the loop
+            assert b.loop_stall >= b.env_steps * GSM8K_LOOP_WORK_S
+    offline = {b.trace_id: b for b in read_trace_file(result.trace_file).breakdowns}
+    for b in result.breakdowns:
+        assert dict(offline[b.trace_id].waits_nanos) == dict(b.waits_nanos)

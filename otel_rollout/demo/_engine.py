@@ -9,6 +9,9 @@ tail (a few generations reason far longer than the rest), so a batch has straggl
 Latencies are real: callers ``await`` the server loop, which advances by
 ``asyncio.sleep``. Seeded, so output lengths and answers repeat; wall times vary with the
 machine only through scheduling.
+Each completion carries ``metrics`` with the fields of vLLM's ``RequestStateStats``
+(``queued_ts``, ``scheduled_ts``, ``first_token_ts``, ``last_token_ts``, on the loop's
+monotonic clock), so its queue, prefill and decode times reach the breakdown as vLLM's do.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import random
 import urllib.request
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from opentelemetry import propagate
@@ -30,6 +34,8 @@ class Completion:
     output_tokens: int
     finish_reason: str = "stop"
     model: str | None = None
+    #: The engine's per-request timestamps (vLLM's ``RequestStateStats`` fields), if known.
+    metrics: Any = None
 
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
@@ -42,6 +48,10 @@ class _Req:
     remaining: int
     future: asyncio.Future
     prefilled: bool = False
+    queued_ts: float = 0.0
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
 
 
 @dataclass
@@ -67,17 +77,22 @@ class SimEngine:
         self._rng = random.Random(self.seed)
 
     async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue or self._running:
             cost = self.step_s
             while self._queue and len(self._running) < self.max_batch:
                 req = self._queue.pop(0)
+                req.scheduled_ts = loop.time()
                 cost += self.prefill_s_per_token * req.prompt_tokens
                 self._running.append(req)
             cost += self.step_per_seq_s * len(self._running)
             await asyncio.sleep(cost)
+            now = loop.time()
             done = []
             for req in self._running:
                 req.remaining -= self.tokens_per_step
+                req.first_token_ts = req.first_token_ts or now
+                req.last_token_ts = now
                 if req.remaining <= 0:
                     done.append(req)
             for req in done:
@@ -96,12 +111,17 @@ class SimEngine:
         """Wait the simulated latency of generating ``action`` for ``messages``."""
         n_in = _tokens(messages)
         n_out = max(8, len(action) // 4 + self._reasoning_tokens())
-        fut = asyncio.get_running_loop().create_future()
-        self._queue.append(_Req(n_in, n_out, fut))
+        loop = asyncio.get_running_loop()
+        req = _Req(n_in, n_out, loop.create_future(), queued_ts=loop.time())
+        self._queue.append(req)
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._serve())
-        await fut
-        return Completion(action, n_in, n_out, "stop", self.model)
+        await req.future
+        metrics = SimpleNamespace(
+            queued_ts=req.queued_ts, scheduled_ts=req.scheduled_ts,
+            first_token_ts=req.first_token_ts, last_token_ts=req.last_token_ts,
+        )  # fmt: skip
+        return Completion(action, n_in, n_out, "stop", self.model, metrics)
 
     async def aclose(self) -> None:
         if self._loop_task is not None:

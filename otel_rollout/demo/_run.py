@@ -8,6 +8,8 @@ import json
 import os
 import random
 import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -17,8 +19,10 @@ from typing import Any
 from otel_rollout._batch import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._config import configure
+from otel_rollout._context import run_in_executor
 from otel_rollout._summary import BreakdownCollector
 from otel_rollout._tracer import RolloutTracer
+from otel_rollout._waits import engine_timings
 
 ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 SERVICE = "otel-rollout-demo"
@@ -113,6 +117,35 @@ def _sql_action(rng: random.Random, task: dict[str, str], turn: int, last: bool)
     return f"<think>Let me look at the data first.</think>\n<sql>{sql}</sql>"
 
 
+#: Synchronous reward code of gsm8k run on the event loop (seconds per step): it stalls
+#: every other trajectory, which loop_own / loop_blocked and the stall events show.
+GSM8K_LOOP_WORK_S = 0.008
+#: text2sql steps wait for a sandbox this long, in a small thread pool that saturates.
+SQL_SANDBOX_S = 0.04
+SQL_ENV_WORKERS = 2
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _sandboxed_step(env: Any, text: str) -> Any:
+    time.sleep(SQL_SANDBOX_S)  # a sandbox round trip: the thread waits, the pool is busy
+    return env.step(text)
+
+
+async def _env_step(traj: Any, env: Any, env_class: str, text: str, ctx: dict[str, Any]) -> Any:
+    if env_class == "gsm8k_multi_turn":
+        with traj.env_step():  # inline on the loop, with its reward code
+            step = env.step(text)
+            _busy(GSM8K_LOOP_WORK_S)
+        return step
+    # a saturated pool: the wait for a thread is an env_queue span before the env step
+    return await run_in_executor(ctx["env_pool"], _sandboxed_step, env, text, phase="env")
+
+
 async def _trajectory(
     i: int, env_class: str, prov: Providers, engine: Any, ctx: dict[str, Any], sem, seed: int
 ) -> float:
@@ -164,6 +197,8 @@ async def _trajectory(
                     action = _sql_action(rng, task, turn, turn == max_turns - 1)
                 async with traj.generate(max_tokens=512) as gen:
                     out = await engine.complete(chat, action)
+                    if getattr(out, "metrics", None) is not None:  # queue / prefill / decode
+                        gen.set_attributes(engine_timings(out.metrics))
                     gen.record(
                         input_tokens=out.input_tokens,
                         output_tokens=out.output_tokens,
@@ -171,8 +206,7 @@ async def _trajectory(
                         response_model=out.model,
                     )
                 chat.append({"role": "assistant", "content": out.text})
-                async with traj.env_step():
-                    step = await asyncio.to_thread(env.step, out.text)
+                step = await _env_step(traj, env, env_class, out.text, ctx)
                 reward += float(step["reward"])
                 chat.extend(step["observations"])
                 if step["done"]:
@@ -205,6 +239,7 @@ async def run_demo_async(
         ctx["db_path"], ctx["sql"] = build_sql_db(output_dir / "sql_data")
     prov = make_providers(output_dir)
     sem = asyncio.Semaphore(concurrency)
+    ctx["env_pool"] = ThreadPoolExecutor(SQL_ENV_WORKERS, thread_name_prefix="demo-env")
     errors = 0
     rewards: dict[str, list[float]] = {}
 
@@ -226,6 +261,7 @@ async def run_demo_async(
         if linger_s > 0:
             await asyncio.sleep(linger_s)
     finally:
+        ctx["env_pool"].shutdown(wait=False)
         prov.shutdown()
     mean = {k: sum(v) / len(v) for k, v in rewards.items() if v}
     return DemoResult(prov.collector.drain(), prov.trace_file, mean, errors, batch.analysis)

@@ -7,6 +7,10 @@ from typing import Any, Final
 from otel_rollout import _attributes as A
 from otel_rollout import _semconv
 from otel_rollout._tracer import Generation
+from otel_rollout._waits import engine_timings
+
+__all__ = ["OPERATION", "SYSTEM", "Usage", "engine_timings", "is_delta", "model_of",
+           "request_attributes"]  # fmt: skip
 
 OPERATION: Final = "text_completion"
 SYSTEM: Final = A.PROVIDER_VLLM  # gen_ai.provider.name
@@ -92,42 +96,6 @@ class Usage:
             completion = "\n".join(self.texts[i] for i in sorted(self.texts)) or None
             prompt = self.prompt if isinstance(self.prompt, str) else None
             gen.record_content(prompt=prompt, completion=completion)
-
-
-def engine_timings(metrics: Any) -> dict[str, float | int]:
-    """Durations from ``RequestOutput.metrics`` (vLLM's ``RequestStateStats``), seconds.
-
-    Only differences taken within one clock: ``queued_ts``, ``scheduled_ts``,
-    ``first_token_ts`` and ``last_token_ts`` are the engine core's monotonic clock, while
-    ``arrival_time`` is the frontend's wall clock and is never subtracted from them.
-    A timestamp still at its default 0.0 (not reached, e.g. aborted while queued) yields
-    nothing. ``first_token_latency`` is vLLM's own wall-clock difference from arrival.
-    The keys are vLLM's own (those of its ``llm_request`` span); the breakdown's
-    ``llm_queue / llm_prefill / llm_decode`` sub-parts are read from them.
-    """
-    out: dict[str, float | int] = {}
-
-    def ts(name: str) -> float:
-        value = getattr(metrics, name, None)
-        return float(value) if isinstance(value, int | float) else 0.0
-
-    queued, scheduled = ts("queued_ts"), ts("scheduled_ts")
-    first, last = ts("first_token_ts"), ts("last_token_ts")
-    for key, a, b in (
-        (A.VLLM_TIME_IN_QUEUE, queued, scheduled),
-        (A.VLLM_TIME_IN_PREFILL, scheduled, first),
-        (A.VLLM_TIME_IN_DECODE, first, last),
-        (A.VLLM_TIME_IN_INFERENCE, scheduled, last),
-    ):
-        if a > 0.0 and b > 0.0 and b >= a:
-            out[key] = b - a
-    ttft = ts("first_token_latency")
-    if ttft > 0.0:
-        out[A.VLLM_TIME_TO_FIRST_TOKEN] = ttft
-    preemptions = getattr(metrics, "num_preemptions", None)
-    if isinstance(preemptions, int) and preemptions > 0:
-        out[A.VLLM_NUM_PREEMPTIONS] = preemptions
-    return out
 
 
 def model_of(engine: Any) -> str | None:
