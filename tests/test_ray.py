@@ -113,6 +113,11 @@ class Quiet:
         _run_sync(tid)
         return os.getpid()
 
+    def held(self) -> dict[str, int]:
+        """What this worker's pipeline holds: exported and still pending spans."""
+        stats = otel_rollout.get_rollout().export_stats
+        return {"exported": stats.exported, "pending": stats.pending}
+
 
 # --- the cluster ---------------------------------------------------------------------------
 
@@ -148,10 +153,19 @@ def cluster(tmp_path_factory):
         rx.stop()
 
 
+def _exports_per_resource(rx: OTLPReceiver) -> dict[tuple, int]:
+    """How many metric exports each resource (process) has sent."""
+    out: dict[tuple, int] = {}
+    for req in rx.metric_requests():
+        for rm in req.resource_metrics:
+            res = tuple(sorted(_attrs(rm.resource.attributes).items()))
+            out[res] = out.get(res, 0) + 1
+    return out
+
+
 def _latest_histogram_counts(rx: OTLPReceiver, name: str) -> dict[tuple, int]:
     """Count of the latest cumulative point per (resource, attribute set)."""
-    with rx._lock:
-        requests = list(rx._metrics)
+    requests = rx.metric_requests()
     latest: dict[tuple, tuple[int, int]] = {}
     for req in requests:
         for rm in req.resource_metrics:
@@ -433,7 +447,13 @@ def test_trajectories_in_tasks_and_actors_nest_under_the_drivers_batch(cluster):
         return sum(_latest_histogram_counts(r, A.METRIC_DURATION).values())
 
     assert rx.wait_for(lambda r: total(r) >= N, timeout=20)
-    time.sleep(0.6)  # two more export intervals: nothing is counted twice
+    # Two more exports from every worker that reported: nothing is counted twice.
+    workers = {res for res, _ in _latest_histogram_counts(rx, A.METRIC_DURATION)}
+    seen = {k: n for k, n in _exports_per_resource(rx).items() if k in workers}
+    assert rx.wait_for(
+        lambda r: all(_exports_per_resource(r).get(k, 0) >= n + 2 for k, n in seen.items()),
+        timeout=20,
+    )
     counts = _latest_histogram_counts(rx, A.METRIC_DURATION)
     assert sum(counts.values()) == N
     assert len({res for res, _ in counts}) >= 2
@@ -453,8 +473,9 @@ def test_exit_handler_flushes_a_worker_that_ray_ends(cluster):
         c = _latest_histogram_counts(r, A.METRIC_DURATION)
         return [n for (res, _), n in c.items() if ("process.pid", pid) in res]
 
-    time.sleep(0.5)
-    assert not mine(rx) and not counts(rx)  # nothing exported yet
+    held = ray.get(quiet.held.remote())
+    assert held["exported"] == 0 and held["pending"] > 0  # the worker holds it, unsent
+    assert not mine(rx) and not counts(rx)
     quiet.__ray_terminate__.remote()  # a graceful end, as when Ray reaps an idle worker
     assert rx.wait_for(lambda r: mine(r) and counts(r), timeout=20)
     assert counts(rx) == [1]

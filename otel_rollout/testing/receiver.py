@@ -214,6 +214,11 @@ class OTLPReceiver:
         with self._lock:
             self._metrics.append(req)
 
+    def metric_requests(self) -> list[metrics_service_pb2.ExportMetricsServiceRequest]:
+        """Every metrics export request received, in arrival order."""
+        with self._lock:
+            return list(self._metrics)
+
     def spans(self) -> list[ReceivedSpan]:
         with self._lock:
             return list(self._spans)
