@@ -13,7 +13,7 @@ _CLI_HINT = "pip install 'otel-rollout[cli]'"
 
 JAEGER_HINT = (
     "Open it in Jaeger: run Jaeger (docker run --rm -p 16686:16686 -p 4318:4318 "
-    "jaegertracing/jaeger:2.3.0), open http://localhost:16686, Search > Upload, and pick "
+    "jaegertracing/jaeger:2.12.0), open http://localhost:16686, Search > Upload, and pick "
     "the file (OTLP JSON); or re-run with OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318."
 )
 
