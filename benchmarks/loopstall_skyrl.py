@@ -1,9 +1,11 @@
 """Event-loop stalls with SkyRL's real generator: env steps run inline versus in a pool.
 
 Runs the published skyrl's ``SkyRLGymGenerator.agent_loop`` (Python >= 3.12) on
-``--trajectories`` concurrent trajectories of a gsm8k_multi_turn env whose ``step`` burns
-``--step-ms`` of CPU, with an inference engine stand-in answering after ``--engine-ms``,
-traced by the SkyRL instrumentor. Once with SkyRL's env thread pool
+``--trajectories`` concurrent trajectories of a gsm8k_multi_turn env whose ``step`` takes
+``--step-ms`` (``--work blocking``: the thread blocks and releases the GIL, as a
+subprocess, sqlite or I/O call does; ``--work cpu``: pure-Python CPU, which holds the GIL
+and so serialises a thread pool too), with an inference engine stand-in answering after
+``--engine-ms``, traced by the SkyRL instrumentor. Once with SkyRL's env thread pool
 (``max_env_workers=4``), once inline on the event loop (``max_env_workers=0``), alternating
 for ``--rounds`` rounds. Prints the mean e2e of each case, its mean ``loop_own`` and
 ``loop_blocked``, and how much of the e2e difference the trajectories' ``loop_blocked``
@@ -29,10 +31,14 @@ TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 STEP_S = 0.02
+WORK = "blocking"
 
 
 def busy(seconds: float) -> None:
-    end = time.thread_time() + seconds  # CPU time of this thread, as a real env step burns
+    if WORK == "blocking":  # blocks its thread, releases the GIL (a subprocess, sqlite, I/O)
+        time.sleep(seconds)
+        return
+    end = time.thread_time() + seconds  # pure-Python CPU: holds the GIL, even in a pool
     while time.thread_time() < end:
         pass
 
@@ -110,15 +116,22 @@ def run_case(mod, env, tok, workers: int, n: int, args, round_: int) -> list:
 
 
 def main() -> None:
-    global STEP_S
+    global STEP_S, WORK
     ap = argparse.ArgumentParser()
     ap.add_argument("--trajectories", type=int, default=4)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--step-ms", type=float, default=20.0)
     ap.add_argument("--engine-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--work",
+        choices=("blocking", "cpu"),
+        default="blocking",
+        help="env step work: blocking (releases the GIL) or pure-Python CPU",
+    )
     args = ap.parse_args()
     STEP_S = args.step_ms / 1e3
+    WORK = args.work
     import importlib
 
     import skyrl_gym
@@ -142,7 +155,7 @@ def main() -> None:
         inst.uninstrument()
     mean = {}
     print(f"{args.trajectories} trajectories x {args.turns} turns, env step {args.step_ms} ms "
-          f"CPU, engine {args.engine_ms} ms, {args.rounds} rounds:")  # fmt: skip
+          f"({args.work}), engine {args.engine_ms} ms, {args.rounds} rounds:")  # fmt: skip
     for case, bds in results.items():
         m = {k: statistics.mean(getattr(b, k) for b in bds) for k in
              ("e2e", "llm", "env", "loop_own", "loop_blocked")}  # fmt: skip
