@@ -405,13 +405,22 @@ class BatchAccumulator:
         self.max_trajectories = max_trajectories
         self.dropped = 0
         self._items: list[Breakdown] = []
+        #: (trace id, trajectory id, start) of each kept trajectory: a breakdown that
+        #: arrives twice (delivered in-process and added again from a gather) counts once
+        self._seen: set[tuple[str, str, int]] = set()
+        #: Breakdowns ignored because the batch already held them.
+        self.duplicates = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def add(self, breakdown: Breakdown) -> None:
+        key = (breakdown.trace_id, breakdown.trajectory_id, breakdown.start_time_ns)
         with self._lock:
+            if key in self._seen:
+                self.duplicates += 1
+                return
             if len(self._items) >= self.max_trajectories:
                 self.dropped += 1
                 warn_once(
@@ -422,6 +431,7 @@ class BatchAccumulator:
                 )
                 return
             self._items.append(breakdown)
+            self._seen.add(key)
 
     def extend(self, breakdowns: Iterable[Breakdown]) -> None:
         for b in breakdowns:

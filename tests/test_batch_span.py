@@ -225,3 +225,13 @@ def test_online_figures_are_exact_on_the_manual_clock(manual_env):
     assert span.start_time == t0 and span.end_time == t0 + 13 * U
     assert span.attributes["rollout.batch.tail_time"] == 6.0
     assert span.attributes["rollout.batch.tail.env_frac"] == 0.625
+
+
+def test_a_breakdown_added_again_after_delivery_counts_once(rollout_env):
+    tracer = rollout_env.tracer
+    with tracer.batch(step=1) as batch:
+        for i in range(3):
+            with tracer.trajectory(f"t{i}"):
+                pass
+        batch.add(rollout_env.breakdowns)  # e.g. a gather that also saw this process's
+    assert batch.analysis.trajectories == 3 and len(batch.breakdowns) == 3
