@@ -14,6 +14,11 @@ from otel_rollout._tailkeep import TailKeepProcessor
 
 #: Export-queue room for spans tail keep releases: its own buffer's default bound.
 KEPT_RESERVE = 100_000
+#: Export-queue room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` for any span, in trace-file mode:
+#: a local file keeps up on average but not with thousands of trajectories ending at once
+#: (the writer shares the interpreter with the agent threads). Bounded, so a full or hung
+#: disk drops and counts spans instead of holding memory without end or blocking ends.
+FILE_BURST_RESERVE = 100_000
 
 
 def otlp_exporter(signal: str, settings: Settings) -> Any:
@@ -126,12 +131,12 @@ class TracePipeline:
         return TailKeepProcessor(processor, slower_than_s=s.tail_keep_slower_than_s,
                                  slower_than_percentile=s.tail_keep_percentile)  # fmt: skip
 
-    def _batch(self, exporter: Any, target: str) -> Any:
+    def _batch(self, exporter: Any, target: str, burst_reserve: int = 0) -> Any:
         processor = guarded_batch_processor(
             exporter,
             self.meter_provider,
             target=target,
-            max_queue_size=self.settings.bsp_max_queue_size,
+            max_queue_size=self.settings.bsp_max_queue_size + burst_reserve,
             # what tail keep may release at once (a burst of failures) fits besides
             kept_reserve=KEPT_RESERVE if self.settings.sample_ratio < 1.0 else 0,
         )
@@ -154,7 +159,7 @@ class TracePipeline:
             max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
             exporter = RotatingTraceFile(path, max_bytes=max_bytes,
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
-            return self._batch(exporter, str(path))
+            return self._batch(exporter, str(path), burst_reserve=FILE_BURST_RESERVE)
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")
