@@ -225,7 +225,8 @@ def test_a_shared_module_level_phase_keeps_both_concurrent_spans(rollout_env):
     async def main():
         gate = asyncio.Event()
         tasks = [asyncio.create_task(one(i, gate)) for i in range(2)]
-        await asyncio.sleep(0.01)
+        for _ in range(10):  # every task reaches its gate: loop turns, not time
+            await asyncio.sleep(0)
         gate.set()
         await asyncio.gather(*tasks)
 
@@ -249,7 +250,8 @@ def test_a_shared_scope_object_in_two_tasks_ends_each_tasks_span(rollout_env):
                     await gates[i].wait()
 
             tasks = [asyncio.create_task(use(i)) for i in range(2)]
-            await asyncio.sleep(0.01)
+            for _ in range(10):  # every task reaches its gate: loop turns, not time
+                await asyncio.sleep(0)
             gates[0].set()  # the first task exits first
             await tasks[0]
             assert [s.attributes["which"] for s in rollout_env.spans(A.SPAN_ENV_STEP)] == [0]
