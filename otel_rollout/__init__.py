@@ -3,14 +3,9 @@ time breakdown (llm / env / env_setup / env_teardown / other), histograms, and t
 per-batch dict trainers log."""
 
 from otel_rollout._attributes import ALL_BANDS, BANDS
-from otel_rollout._batch import (
-    BatchAccumulator,
-    BatchAnalysis,
-    StepFunction,
-    analyze_batch,
-    group_by_batch,
-    mark_consumed,
-)
+from otel_rollout._batch_accumulator import BatchAccumulator, group_by_batch, mark_consumed
+from otel_rollout._batch_analysis import analyze_batch
+from otel_rollout._batch_figures import BatchAnalysis, StepFunction
 from otel_rollout._batch_span import Batch, current_batch
 from otel_rollout._breakdown import (
     Breakdown,

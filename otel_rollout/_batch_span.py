@@ -21,7 +21,8 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, Span
 
 from otel_rollout import _attributes as A
-from otel_rollout._batch import BatchAccumulator, BatchAnalysis
+from otel_rollout._batch_accumulator import BatchAccumulator
+from otel_rollout._batch_figures import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import internal_error
 from otel_rollout._handles import _record_exception

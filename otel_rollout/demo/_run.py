@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from otel_rollout._batch import BatchAnalysis
+from otel_rollout._batch_figures import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._config import configure
 from otel_rollout._context import run_in_executor

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from otel_rollout import _attributes as A
-from otel_rollout._batch import BatchAnalysis
+from otel_rollout._batch_figures import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout.report._batches import BatchView, tail_spent_on
 
