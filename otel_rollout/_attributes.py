@@ -163,6 +163,12 @@ METRIC_EVICTED: Final = "rollout.processor.evicted"
 EVICTION_REASON: Final = "rollout.eviction.reason"
 METRIC_EXPORT_DROPPED: Final = "rollout.export.dropped"
 EXPORT_REASON: Final = "rollout.export.reason"
+#: The trace file's loss record, a resource with no spans: one writer's cumulative count of
+#: spans lost before reaching the file, per reason (``rollout.export.lost.queue_full``...,
+#: the reasons of ``rollout.export.dropped``), ints.
+EXPORT_LOST_PREFIX: Final = "rollout.export.lost."
+#: On a loss record: which trace-file writer (one per process and ``configure()``) counted.
+EXPORT_WRITER_ID: Final = "rollout.export.writer.id"
 
 #: Seconds-based buckets that reach hours: agentic trajectories can run for a long time.
 DURATION_BUCKETS: Final = (

@@ -162,7 +162,7 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
     if settings.genai_metrics:
         tracer_provider.add_span_processor(GenAIMetricsProcessor(meter_provider))
 
-    pipeline = TracePipeline(settings, meter_provider)
+    pipeline = TracePipeline(settings, meter_provider, resource)
     try:
         export = pipeline.build(span_exporter)
     except ConfigError:

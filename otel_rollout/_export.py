@@ -212,6 +212,7 @@ class _CountingBatchProcessor(SpanProcessor):
     def __init__(self, exporter: SpanExporter, counts: _Counts, max_queue_size: int,
                  kept_reserve: int = 0, **batch: Any) -> None:  # fmt: skip
         self._counts = counts
+        self._exporter = exporter
         self._max = max_queue_size
         # Room beyond the queue for spans released by tail keep (on_end_kept): a burst of
         # failures releases far more at once than the queue holds for ordinary traffic.
@@ -300,7 +301,10 @@ class _CountingBatchProcessor(SpanProcessor):
         return n
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._batch.force_flush(timeout_millis)
+        ok = self._batch.force_flush(timeout_millis)
+        # the SDK's batch processor does not flush its exporter (a trace file then states
+        # the losses counted since its last write)
+        return bool(self._exporter.force_flush(timeout_millis)) and ok
 
 
 def guarded_batch_processor(

@@ -117,9 +117,10 @@ def create_trace_file(path: Path) -> None:
 class TracePipeline:
     """The export processors of one ``configure()``: what they count, and the trace file."""
 
-    def __init__(self, settings: Settings, meter_provider: Any) -> None:
+    def __init__(self, settings: Settings, meter_provider: Any, resource: Any = None) -> None:
         self.settings = settings
         self.meter_provider = meter_provider
+        self.resource = resource  # the spans' resource: a trace file's loss records carry it
         self.batch_processors: list[Any] = []  # each has ``.stats``
         self.trace_file: Path | None = None
 
@@ -159,7 +160,12 @@ class TracePipeline:
             max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
             exporter = RotatingTraceFile(path, max_bytes=max_bytes,
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
-            return self._batch(exporter, str(path), burst_reserve=FILE_BURST_RESERVE)
+            processor = self._batch(exporter, str(path), burst_reserve=FILE_BURST_RESERVE)
+            # spans lost before the file are stated in it, for ``otel-rollout report``
+            counted = self.batch_processors[-1]
+            resource = getattr(self.resource, "attributes", None)
+            exporter.record_losses(lambda: counted.stats.losses(), resource)
+            return processor
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")

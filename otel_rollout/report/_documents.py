@@ -14,6 +14,7 @@ from typing import Any
 
 from opentelemetry.trace import StatusCode
 
+from otel_rollout import _attributes as A
 from otel_rollout.report._model import RawSpan, TraceReadError
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
@@ -71,6 +72,36 @@ def _otlp_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
                         service=service,
                     )
                 )
+    return out
+
+
+def loss_records(doc: Any) -> list[tuple[str, dict[str, int]]]:
+    """The trace file's loss records in an OTLP JSON document: (writer, cumulative spans
+    lost per reason) for each resource without spans that carries
+    ``rollout.export.lost.<reason>`` counts. The writer is its ``rollout.export.writer.id``,
+    else its service instance, pid and run id. Anything else gives ``[]``."""
+    out: list[tuple[str, dict[str, int]]] = []
+    if not isinstance(doc, Mapping):
+        return out
+    for rs in doc.get("resourceSpans") or ():
+        if not isinstance(rs, Mapping) or rs.get("scopeSpans"):
+            continue  # a record holds no spans
+        try:
+            attrs = _attrs((rs.get("resource") or {}).get("attributes"))
+        except (AttributeError, TypeError, KeyError, ValueError):
+            continue
+        prefix = A.EXPORT_LOST_PREFIX
+        counts = {
+            k[len(prefix) :]: v
+            for k, v in attrs.items()
+            if k.startswith(prefix) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        }
+        if not counts:
+            continue
+        writer = attrs.get(A.EXPORT_WRITER_ID) or "/".join(
+            str(attrs.get(k)) for k in ("service.instance.id", "process.pid", "rollout.run.id")
+        )
+        out.append((str(writer), counts))
     return out
 
 

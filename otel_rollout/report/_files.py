@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from otel_rollout.report._documents import parse_document
+from otel_rollout.report._documents import loss_records, parse_document
 from otel_rollout.report._model import LOSS_BAD_LINE, RawSpan, ReadResult, TraceReadError
 
 #: A ``.json`` file smaller than this is also tried as one document (Jaeger UI downloads).
@@ -63,6 +63,9 @@ def iter_file_spans(
                 except TraceReadError as exc:
                     _bad(result, warn, f"{exc}; line skipped")
                     continue
+                if not spans:  # perhaps the writer's loss record
+                    for writer, counts in loss_records(doc):
+                        result.note_export_losses(writer, counts)
                 yield from spans
         except OSError as exc:
             raise TraceReadError(f"{path}: read failed: {exc.strerror or exc}") from None

@@ -13,17 +13,20 @@ from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
-    ``trajectories``, ``found`` (before filters), ``incomplete`` and ``losses`` per reason;
+    ``trajectories``, ``found`` (before filters), ``incomplete``, ``losses`` per reason and
+    ``export_losses``: spans the writers counted lost before the file, per reason;
     with rewards, ``reward_vs_latency``: mean reward by e2e decile and by turn count per
     env class; with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
     out: dict[str, Any] = data.summary()
     out["trajectories"] = data.count
     out["found"] = result.found
     out["incomplete"] = result.losses.get(LOSS_INCOMPLETE, 0)
-    losses = dict(result.losses)
+    losses = result.all_losses()
     if data.batches.dropped:
         losses[LOSS_BATCH_FULL] = data.batches.dropped
     out["losses"] = dict(sorted(losses.items()))
+    # the writers' own count of spans lost before the file (export_losses by reason)
+    out["export_losses"] = result.export_losses
     if len(data.rewards):
         out["reward_vs_latency"] = analyses_dict(data.rewards.analyses())
     if len(data.batches):

@@ -57,6 +57,8 @@ LOSS_INVERTED = "spans rejected: end before start"
 LOSS_LATE = "spans after their trajectory was reported"
 LOSS_INCOMPLETE = "incomplete trajectories (no root span)"
 LOSS_EVICTED = "traces cut short: read buffer full"
+#: Spans the writer counted lost before they reached the file, per reason (``queue_full``...).
+LOSS_EXPORT_PREFIX = "spans lost before the file: "
 
 #: Trace ids and warnings kept for the output; counts go on beyond these.
 MAX_LISTED = 1000
@@ -78,6 +80,34 @@ class ReadResult:
     spans: int = 0
     #: batch spans read, by batch id
     batches: dict[str, BatchSpan] = field(default_factory=dict)
+    #: the trace file's loss records: writer -> its latest cumulative losses per reason
+    writer_losses: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def note_export_losses(self, writer: str, counts: dict[str, int]) -> None:
+        """A loss record of ``writer``: its counts only grow, so the largest is the latest
+        (a record read twice, or in a rotated file read out of order, counts once)."""
+        latest = self.writer_losses.setdefault(writer, {})
+        for why, n in counts.items():
+            if n > latest.get(why, 0):
+                latest[why] = n
+
+    @property
+    def export_losses(self) -> dict[str, int]:
+        """Spans lost before they reached the trace file, per reason, over all writers
+        (as last recorded in the file: what a killed process lost after is not known)."""
+        total: dict[str, int] = {}
+        for counts in self.writer_losses.values():
+            for why, n in counts.items():
+                if n:
+                    total[why] = total.get(why, 0) + n
+        return dict(sorted(total.items()))
+
+    def all_losses(self) -> dict[str, int]:
+        """The reader's own losses and, prefixed, the writers' (:attr:`export_losses`)."""
+        out = dict(self.losses)
+        for why, n in self.export_losses.items():
+            out[LOSS_EXPORT_PREFIX + why] = n
+        return out
 
     @property
     def breakdowns(self) -> list[Breakdown]:

@@ -71,7 +71,7 @@ def print_slowest(console, data: ReportData) -> None:
 
 def print_losses(console, result: ReadResult) -> None:
     """What was read but not counted, per reason, and the incomplete trace ids."""
-    for reason, n in sorted(result.losses.items()):
+    for reason, n in sorted(result.all_losses().items()):
         console.print(f"[yellow]{n} {reason}[/yellow]")
     if result.incomplete:
         console.print(f"incomplete trace ids: {' '.join(result.incomplete)}")
