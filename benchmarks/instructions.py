@@ -7,11 +7,17 @@ garbage collection still vary a little); use at least 200. Each mode runs in its
 twice (warm-up only, then warm-up plus ``--trajectories``); the difference is the cost of
 the trajectories alone, start-up and imports cancelled out.
 
+Two columns: the **agent thread** (the thread running the trajectories: what delays the
+agent loop) and the **process** (every thread: what the CPU pays). The batch span
+processor exports on its own thread, and metrics are collected on their own thread every
+``COLLECT_EVERY`` trajectories, as a periodic reader or a Prometheus scrape would; the
+histogram records of ended trajectories wait for that collection.
+
     python benchmarks/instructions.py [--trajectories 200]
 
 The last line is the cost of the GenAI client metrics (``GenAIMetricsProcessor``: a
 duration and two token-usage records per generate) as a share of otel-rollout's own
-per-trajectory overhead over the bare SDK.
+per-trajectory overhead over the bare SDK, for the process.
 
 Needs ``valgrind`` (Debian package ``valgrind``); takes about seven minutes on 2 cores.
 """
@@ -23,7 +29,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
+
+#: Trajectories between two metric collections (a periodic reader exports every 60 s).
+COLLECT_EVERY = 50
 
 MODES = {
     "bare": "bare SDK + batch export",
@@ -48,6 +59,38 @@ def tokens_tree(tracer) -> None:
             pass
 
 
+class Collector:
+    """Collects a metric reader on its own thread when asked, as a periodic reader does;
+    the caller waits, so the number of collections is the same on every run."""
+
+    def __init__(self, reader) -> None:
+        self._reader = reader
+        self._asked = threading.Event()
+        self._done = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._asked.wait()
+            self._asked.clear()
+            if self._stop:
+                return
+            self._reader.get_metrics_data()
+            self._done.set()
+
+    def collect(self) -> None:
+        self._done.clear()
+        self._asked.set()
+        self._done.wait()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._asked.set()
+        self._thread.join()
+
+
 def _run_one(mode: str, n: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from opentelemetry.sdk.metrics import MeterProvider
@@ -59,32 +102,48 @@ def _run_one(mode: str, n: int) -> None:
     from otel_rollout import BreakdownProcessor, GenAIMetricsProcessor, RolloutTracer
 
     provider = TracerProvider()
+    collector = None
     if mode == "bare":
         tracer, tree = provider.get_tracer("bench"), bare_tree
     else:
-        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        collector = Collector(reader)
         processor = BreakdownProcessor(meters, record_metrics=mode != "nometrics")
         provider.add_span_processor(processor)
         if mode == "genai":
             provider.add_span_processor(GenAIMetricsProcessor(meters))
         tree = tokens_tree if mode in ("tokens", "genai") else rollout_tree
         tracer = RolloutTracer(provider, processor=processor)
-    # A long delay and a big queue: the export thread stays out of the count.
+    # A long delay: the export thread wakes only when a batch of 512 spans is ready.
     provider.add_span_processor(
         BatchSpanProcessor(NullExporter(), schedule_delay_millis=600_000, max_queue_size=1 << 20)
     )
-    for _ in range(20 + n):
+    for i in range(20 + n):
         tree(tracer)
+        if collector is not None and (i + 1) % COLLECT_EVERY == 0:
+            collector.collect()
+    if collector is not None:
+        collector.collect()
+        collector.stop()
 
 
-def _count(mode: str, n: int) -> int:
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-           __file__, "--one", mode, str(n)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
-    match = re.search(r"Collected : (\d+)", out)
-    if match is None:
-        raise RuntimeError(f"no instruction count in valgrind's output:\n{out[-2000:]}")
-    return int(match.group(1))
+def _count(mode: str, n: int) -> tuple[int, int]:
+    """(agent thread, process) instructions of one run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "callgrind.out")
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+               f"--callgrind-out-file={out}",
+               sys.executable, __file__, "--one", mode, str(n)]  # fmt: skip
+        subprocess.run(cmd, capture_output=True, text=True, check=True)
+        per_thread = {}
+        for path in Path(tmp).glob("callgrind.out-*"):
+            match = re.search(r"^summary: (\d+)", path.read_text(errors="replace"), re.M)
+            if match is not None:
+                per_thread[int(path.name.rsplit("-", 1)[1])] = int(match.group(1))
+    if 1 not in per_thread:
+        raise RuntimeError(f"valgrind gave no count for the main thread: {sorted(per_thread)}")
+    return per_thread[1], sum(per_thread.values())
 
 
 def main() -> int:
@@ -99,19 +158,22 @@ def main() -> int:
         print("valgrind not found (Debian package valgrind)", file=sys.stderr)
         return 2
     n = args.trajectories
-    per = {m: (_count(m, n) - _count(m, 0)) / n for m in MODES}
-    hist = (per["ours"] - per["nometrics"]) / 7
-    rows = [(f"10-turn trajectory, {label}", f"{per[m] / 1e6:7.2f} M instructions")
-            for m, label in MODES.items()]  # fmt: skip
-    rows += [
-        ("ratio otel-rollout / bare SDK", f"{per['ours'] / per['bare']:7.3f}"),
-        ("ratio without histograms / bare SDK", f"{per['nometrics'] / per['bare']:7.3f}"),
-        ("per histogram record (7 per trajectory)", f"{hist / 1e3:7.1f} k instructions"),
-        ("GenAI client metrics / otel-rollout's overhead",
-         f"{(per['genai'] - per['tokens']) / (per['tokens'] - per['bare']):7.3f}"),
-    ]  # fmt: skip
-    for label, value in rows:
-        print(f"{label:<48}: {value}")
+    agent: dict[str, float] = {}
+    process: dict[str, float] = {}
+    for m in MODES:
+        (a1, p1), (a0, p0) = _count(m, n), _count(m, 0)
+        agent[m], process[m] = (a1 - a0) / n, (p1 - p0) / n
+    hist = (process["ours"] - process["nometrics"]) / 7
+    print(f"{'per 10-turn trajectory, M instructions':<48}  agent thread   process")
+    for m, label in MODES.items():
+        print(f"{label:<48}: {agent[m] / 1e6:9.2f}  {process[m] / 1e6:9.2f}")
+    for label, key in (("ratio otel-rollout / bare SDK", "ours"),
+                       ("ratio without histograms / bare SDK", "nometrics")):  # fmt: skip
+        ratios = agent[key] / agent["bare"], process[key] / process["bare"]
+        print(f"{label:<48}: {ratios[0]:9.3f}  {ratios[1]:9.3f}")
+    print(f"{'per histogram record (7 per trajectory)':<48}: {hist / 1e3:9.1f} k instructions")
+    share = (process["genai"] - process["tokens"]) / (process["tokens"] - process["bare"])
+    print(f"{'GenAI client metrics / otel-rollout overhead':<48}: {share:9.3f}")
     return 0
 
 

@@ -7,16 +7,17 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import metrics
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import NonRecordingSpan, StatusCode
+from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
 from otel_rollout._batch_span import deliver
 from otel_rollout._breakdown import Breakdown, root_breakdown
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._fork import reset_in_child
+from otel_rollout._histograms import TrajectoryHistograms
 from otel_rollout._version import __version__
 from otel_rollout._waits import add_engine, engine_ns
 
@@ -29,6 +30,19 @@ _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
 #: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
 SCOPE_NAME = "otel_rollout"
+
+
+def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    """A span's attributes, as the SDK's plain dict when it has one.
+
+    ``span.attributes`` is a read-only view (a new one on each read of an ended span) over
+    BoundedAttributes, a Mapping whose ``in``/``get``/``len`` are Python methods; the hooks
+    below run for every span, so they read the dict underneath.
+    """
+    try:
+        return span._attributes._dict  # type: ignore[attr-defined]
+    except AttributeError:
+        return span.attributes or _EMPTY
 
 
 class _Trajectory:
@@ -98,35 +112,18 @@ class BreakdownProcessor(SpanProcessor):
         self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
         self._phase_names: list[str] = [*A.BANDS, _OVERFLOW_PHASE]
         self._phase_codes = {name: i for i, name in enumerate(self._phase_names)}
-        self._attr_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self.evicted = 0
-        self._metrics = record_metrics
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             "otel_rollout", __version__
-        )
-        self._duration = meter.create_histogram(
-            A.METRIC_DURATION,
-            unit="s",
-            description="End-to-end time of a trajectory.",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
-        self._phase_duration = meter.create_histogram(
-            A.METRIC_PHASE_DURATION,
-            unit="s",
-            description="Time of a trajectory in each band (disjoint; the bands sum to e2e).",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
-        self._turns = meter.create_histogram(
-            A.METRIC_TURNS,
-            unit="{turn}",
-            description="Generate calls per trajectory.",
-            explicit_bucket_boundaries_advisory=list(A.TURN_BUCKETS),
         )
         self._evicted_counter = meter.create_counter(
             A.METRIC_EVICTED,
             unit="{trajectory}",
             description="Trajectories dropped from the processor's state before their root ended.",
         )
+        #: The histograms (None with ``record_metrics=False``); their records wait for the
+        #: next metric collection, made by the collecting thread.
+        self.histograms = TrajectoryHistograms(meter, self._count) if record_metrics else None
         reset_in_child(self, BreakdownProcessor._reset)
 
     # --- public ---------------------------------------------------------------------------
@@ -142,13 +139,7 @@ class BreakdownProcessor(SpanProcessor):
     # --- SpanProcessor ----------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            # The SDK's ``attributes`` is a read-only view over BoundedAttributes, a Mapping
-            # whose ``in``/``get``/``len`` are Python methods; on this hot path (every span)
-            # read its plain dict when the SDK has one.
-            try:
-                raw = span._attributes._dict
-            except AttributeError:
-                raw = span.attributes or _EMPTY
+            raw = _plain_attributes(span)
             if _TRAJECTORY_ID in raw:
                 self._start_root(span)
                 return
@@ -201,7 +192,7 @@ class BreakdownProcessor(SpanProcessor):
                             code = self._code(phase)
                         traj.phases.extend((code, top_start, span.end_time))
                         if phase == A.PHASE_LLM:
-                            part = engine_ns(getattr(span.attributes, "_dict", span.attributes))
+                            part = engine_ns(_plain_attributes(span))
                             if part is not None:
                                 traj.engine = add_engine(traj.engine, part)
                     return
@@ -222,12 +213,26 @@ class BreakdownProcessor(SpanProcessor):
             internal_error("BreakdownProcessor.on_end", exc)
 
     def shutdown(self) -> None:
+        self.record_deferred()
         with self._lock:
             self._trajs.clear()
             self._open.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.record_deferred()
         return True
+
+    # --- histograms ------------------------------------------------------------------------
+    def record_deferred(self) -> int:
+        """Record the histograms of ended trajectories still waiting for a collection.
+
+        Every metric collection does this first, and so do :meth:`force_flush` and
+        :meth:`shutdown`. Returns the number of trajectories recorded. Never raises.
+        """
+        return self.histograms.record_waiting() if self.histograms is not None else 0
+
+    def _count(self) -> int:
+        return len(self._trajs)
 
     # --- the hand-off from RolloutTracer ------------------------------------------------------
     def finish(self, root: Span, end_ns: int, status: str | None = None) -> Breakdown | None:
@@ -319,23 +324,8 @@ class BreakdownProcessor(SpanProcessor):
         )
 
     def _emit(self, bd: Breakdown, span: ReadableSpan) -> None:
-        if self._metrics:
-            key = (bd.env_class, bd.model, bd.status)
-            cached = self._attr_cache.get(key)
-            if cached is None:
-                base = dict(bd.attributes)
-                per_band = [{**base, A.PHASE: band} for band in A.ALL_BANDS]
-                cached = (base, per_band)
-                if len(self._attr_cache) < 4096:
-                    self._attr_cache[key] = cached
-            base, per_band = cached
-            ctx = None
-            if span.context.trace_flags.sampled:
-                ctx = trace.set_span_in_context(NonRecordingSpan(span.context))
-            self._duration.record(bd.e2e, base, context=ctx)
-            for band, band_attrs in zip(A.ALL_BANDS, per_band, strict=True):
-                self._phase_duration.record(getattr(bd, band), band_attrs, context=ctx)
-            self._turns.record(bd.turns, base, context=ctx)
+        if self.histograms is not None:
+            self.histograms.add(bd, span.context)
         if bd.batch_id is not None:
             deliver(bd)
         for sink in self._sinks:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from otel_rollout._breakdown import Breakdown
 
 _NS = 1e-9
-_ENGINE_KEYS = (A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE)
+_QUEUE, _PREFILL, _DECODE = A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE
 
 
 def _ns(value: Any) -> int | None:
@@ -41,8 +41,12 @@ def engine_ns(attrs: Mapping[str, Any] | None) -> tuple[int, int, int] | None:
     """
     if not attrs:
         return None
-    parts = [_ns(attrs.get(k)) for k in _ENGINE_KEYS]
-    if all(p is None for p in parts):
+    get = attrs.get
+    queue, prefill, decode = get(_QUEUE), get(_PREFILL), get(_DECODE)
+    if queue is None and prefill is None and decode is None:  # the usual case: no engine
+        return None
+    parts = (_ns(queue), _ns(prefill), _ns(decode))
+    if parts == (None, None, None):
         return None
     return (parts[0] or 0, parts[1] or 0, parts[2] or 0)
 
