@@ -25,7 +25,7 @@ from otel_rollout._batch_accumulator import BatchAccumulator
 from otel_rollout._batch_figures import BatchAnalysis
 from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import internal_error
-from otel_rollout._handles import _record_exception
+from otel_rollout._recording import _record_exception
 
 _CURRENT: ContextVar[Batch | None] = ContextVar("otel_rollout_batch", default=None)
 #: Open batches by id, so a finished trajectory's breakdown reaches its batch.

@@ -15,7 +15,9 @@ from opentelemetry import trace
 
 from otel_rollout import _attributes as A
 from otel_rollout._errors import internal_error
-from otel_rollout._handles import Phase, Trajectory, _PhaseScope, current_trajectory
+from otel_rollout._phase_handles import Phase
+from otel_rollout._phase_scope import _PhaseScope, current_trajectory
+from otel_rollout._trajectory import Trajectory
 
 T = TypeVar("T")
 

@@ -17,19 +17,12 @@ from otel_rollout import _attributes as A
 from otel_rollout import _loopstall, _semconv
 from otel_rollout._batch_span import BatchInstruments, BatchScope, current_batch, new_batch_id
 from otel_rollout._errors import internal_error
-from otel_rollout._handles import (
-    _CURRENT,
-    Generation,
-    Phase,
-    Trajectory,
-    _capture_content,
-    _detach,
-    _PhaseScope,
-    _record_exception,
-    current_trajectory,
-    phase,
-)
+from otel_rollout._phase_decorator import phase
+from otel_rollout._phase_handles import Generation, Phase
+from otel_rollout._phase_scope import _CURRENT, _detach, _PhaseScope, current_trajectory
 from otel_rollout._processor import SCOPE_NAME, BreakdownProcessor
+from otel_rollout._recording import _capture_content, _record_exception
+from otel_rollout._trajectory import Trajectory
 from otel_rollout._version import __version__
 
 #: A clock: nanoseconds since the epoch, like :func:`time.time_ns`.

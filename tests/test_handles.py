@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportR
 
 import otel_rollout
 from otel_rollout import _attributes as A
-from otel_rollout import _errors, _handles
+from otel_rollout import _errors, _phase_scope
 from otel_rollout._export import guarded_metric_exporter
 from otel_rollout.testing.receiver import OTLPReceiver
 
@@ -195,7 +195,7 @@ def test_keyboard_interrupt_in_library_code_leaves_nothing_in_flight(rollout_env
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt), rollout_env.tracer.trajectory() as t:
-        monkeypatch.setattr(_handles, "_record_exception", interrupted)
+        monkeypatch.setattr(_phase_scope, "_record_exception", interrupted)
         with t.env_step():
             raise ValueError("env failed")
     monkeypatch.undo()
