@@ -2,18 +2,13 @@
 time breakdown (llm / env / env_setup / env_teardown / other), histograms, and the
 per-batch dict trainers log."""
 
+from otel_rollout._accounting import compute_breakdown
 from otel_rollout._attributes import ALL_BANDS, BANDS
 from otel_rollout._batch_accumulator import BatchAccumulator, group_by_batch, mark_consumed
 from otel_rollout._batch_analysis import analyze_batch
 from otel_rollout._batch_figures import BatchAnalysis, StepFunction
 from otel_rollout._batch_span import Batch, current_batch
-from otel_rollout._breakdown import (
-    Breakdown,
-    PhaseInterval,
-    SpanRecord,
-    compute_breakdown,
-    outermost_phases,
-)
+from otel_rollout._breakdown import Breakdown, PhaseInterval
 from otel_rollout._config import ConfigError, Rollout, configure
 from otel_rollout._console import ConsoleTreeExporter
 from otel_rollout._context import bind_context, run_in_executor
@@ -24,6 +19,7 @@ from otel_rollout._processor import BreakdownProcessor
 from otel_rollout._rollout import get_rollout
 from otel_rollout._sampling import RecordingRatioSampler
 from otel_rollout._settings import Settings
+from otel_rollout._span_tree import SpanRecord, outermost_phases
 from otel_rollout._summary import BreakdownCollector, group_by, summarize
 from otel_rollout._tailkeep import TailKeepProcessor
 from otel_rollout._tracer import (

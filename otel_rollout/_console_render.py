@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
-from otel_rollout._breakdown import SpanRecord, breakdown_from_tree, root_labels
+from otel_rollout._accounting import root_labels
+from otel_rollout._span_tree import SpanRecord, breakdown_from_tree
 from otel_rollout._spanbuffer import TraceSpans
 
 #: Printed roots (and spans flushed early) remembered, so a span ending after its

@@ -13,8 +13,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import _attributes as A
+from otel_rollout._accounting import root_breakdown
 from otel_rollout._batch_span import deliver
-from otel_rollout._breakdown import Breakdown, root_breakdown
+from otel_rollout._breakdown import Breakdown
 from otel_rollout._errors import internal_error, warn_once
 from otel_rollout._fork import reset_in_child
 from otel_rollout._histograms import TrajectoryHistograms

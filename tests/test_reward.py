@@ -8,8 +8,7 @@ import io
 import pytest
 
 from otel_rollout import _attributes as A
-from otel_rollout import summarize
-from otel_rollout._breakdown import compute_breakdown
+from otel_rollout import compute_breakdown, summarize
 from otel_rollout._reward import reward_vs_latency
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._json import report_dict
