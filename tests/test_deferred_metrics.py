@@ -170,3 +170,34 @@ def test_collections_racing_with_ending_trajectories_lose_and_double_nothing():
     done.set()
     collecting.join()
     assert durations(reader)["e"].count == workers * per_worker
+
+
+def test_configure_without_a_metric_reader_keeps_no_records_waiting():
+    import otel_rollout
+
+    rollout = otel_rollout.configure(local=True, traces_exporter="none", metrics_exporter="none")
+    try:
+        for i in range(3):
+            with rollout.tracer.trajectory(f"t{i}", env="e"):
+                pass
+        assert rollout.processor.histograms is None  # nothing to collect them
+        assert len(rollout.collector.drain()) == 3  # breakdowns all the same
+    finally:
+        rollout.shutdown()
+
+
+def test_configure_with_a_metric_reader_records_at_its_collection():
+    import otel_rollout
+
+    rollout = otel_rollout.configure(
+        local=True, traces_exporter="none", metrics_exporter="otlp",
+        endpoint="http://127.0.0.1:9", metric_export_interval_ms=3_600_000,
+    )  # fmt: skip
+    try:
+        with rollout.tracer.trajectory("t", env="e"):
+            pass
+        assert rollout.processor.histograms.waiting == 1
+        rollout.force_flush(timeout_s=1)  # a collection (its export fails: nothing listens)
+        assert rollout.processor.histograms.waiting == 0
+    finally:
+        rollout.shutdown(timeout_s=1)
