@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, replace
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from otel_rollout import _attributes as A
 from otel_rollout._fork import reset_in_child
+from otel_rollout._release import REASON_KEPT_OVERFLOW, KeptRelease
 
 _log = logging.getLogger("otel_rollout.export")
 _metrics_log = logging.getLogger("otel_rollout.export.metrics")
@@ -30,6 +32,9 @@ REASON_QUEUE_FULL = "queue_full"
 REASON_EXPORT_FAILED = "export_failed"
 REASON_AFTER_SHUTDOWN = "after_shutdown"
 REASON_SHUTDOWN_TIMEOUT = "shutdown_timeout"
+#: How long ``shutdown()`` of the batch processor spends exporting held kept traces at
+#: most (``Rollout.shutdown(timeout_s)`` bounds it further).
+SHUTDOWN_DRAIN_S = 30.0
 
 
 @dataclass
@@ -37,8 +42,10 @@ class ExportStats:
     """Span counts of one export pipeline since it was built (sampled spans only).
 
     Every span handed to the pipeline is in exactly one count: exported, pending, being
-    exported (``in_flight``), or dropped for one reason (queue full; export failed; ended
-    after ``shutdown()``; still queued or in flight when ``shutdown()`` gave up waiting).
+    exported (``in_flight``), tail-kept and waiting for room in the queue (``held``), or
+    dropped for one reason (queue full; export failed; ended after ``shutdown()``; still
+    queued, held or in flight when ``shutdown()`` gave up waiting; a tail-kept trace that
+    found the release buffer full, ``kept_overflow``).
     """
 
     exported: int = 0
@@ -48,6 +55,8 @@ class ExportStats:
     dropped_after_shutdown: int = 0
     dropped_shutdown_timeout: int = 0
     in_flight: int = 0  # handed to the exporter, which has not answered yet
+    held: int = 0  # tail-kept spans waiting in the release buffer for room in the queue
+    dropped_kept_overflow: int = 0
 
     @property
     def dropped(self) -> int:
@@ -56,6 +65,7 @@ class ExportStats:
             + self.dropped_export_failed
             + self.dropped_after_shutdown
             + self.dropped_shutdown_timeout
+            + self.dropped_kept_overflow
         )
 
     def losses(self) -> dict[str, int]:
@@ -65,6 +75,7 @@ class ExportStats:
             REASON_EXPORT_FAILED: self.dropped_export_failed,
             REASON_AFTER_SHUTDOWN: self.dropped_after_shutdown,
             REASON_SHUTDOWN_TIMEOUT: self.dropped_shutdown_timeout,
+            REASON_KEPT_OVERFLOW: self.dropped_kept_overflow,
         }
 
     def __add__(self, other: ExportStats) -> ExportStats:
@@ -83,6 +94,7 @@ class _Counts:
         self.after_warned = False
         self.abandoned = 0  # queued spans already counted lost when shutdown() gave up
         self.epoch = 0  # bumped by each abandon(): in-flight batches were counted lost too
+        self.after_export: Any = None  # called after each export (the queue has room again)
         self._counter = None
         # A child forked while the parent's queue was full would otherwise count that
         # queue as its own, and drop every span it ends.
@@ -160,6 +172,12 @@ class _GuardedExporter(SpanExporter):
             result, error = SpanExportResult.FAILURE, exc
         finally:
             _quiet.on = False
+        after = c.after_export
+        if after is not None:  # room in the queue: held kept traces move in
+            try:
+                after()
+            except Exception as exc:
+                _log.debug("otel-rollout: releasing kept traces failed: %r", exc)
         with c.lock:
             if c.epoch != epoch:  # abandon() ran meanwhile and counted this batch lost
                 late = n
@@ -210,7 +228,8 @@ class _CountingBatchProcessor(SpanProcessor):
     """A BatchSpanProcessor that knows how full its queue is, so it can count what it drops."""
 
     def __init__(self, exporter: SpanExporter, counts: _Counts, max_queue_size: int,
-                 kept_reserve: int = 0, **batch: Any) -> None:  # fmt: skip
+                 kept_reserve: int = 0, kept_release: int | None = None,
+                 **batch: Any) -> None:  # fmt: skip
         self._counts = counts
         self._exporter = exporter
         self._max = max_queue_size
@@ -226,6 +245,11 @@ class _CountingBatchProcessor(SpanProcessor):
                           f"using a batch size of {batch_size}", stacklevel=4)  # fmt: skip
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
                                              max_export_batch_size=batch_size)  # fmt: skip
+        # Tail-kept traces that do not fit wait here, whole, for room (None: no buffer).
+        self._release: KeptRelease | None = None
+        if kept_release is not None:
+            self._release = KeptRelease(counts, self._kept_max, kept_release, self._batch.on_end)
+            counts.after_export = self._release.release
 
     @property
     def stats(self) -> ExportStats:
@@ -236,63 +260,118 @@ class _CountingBatchProcessor(SpanProcessor):
         self._batch.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        self._enqueue(span, self._max)
+        if self._release is None:
+            self._enqueue(span, self._max)
+            return
+        # Below 100% sampling a sampled span that finds the queue full waits, behind the
+        # kept traces, in the release buffer too: a failure burst loses neither.
+        self._offer([span], kept=False)
 
     def on_end_kept(self, span: ReadableSpan) -> None:
         """A span released by tail keep: it may also use the reserve beyond the queue."""
-        self._enqueue(span, self._kept_max)
+        if self._release is None:
+            self._enqueue(span, self._kept_max)
+        else:
+            self._offer([span], kept=True)
+
+    def on_end_kept_trace(self, spans: Sequence[ReadableSpan]) -> None:
+        """A trace released whole by tail keep: queued, or held in the release buffer
+        until the queue has room for it, or (the buffer full) dropped whole and counted
+        as ``kept_overflow``."""
+        if self._release is None:
+            for span in spans:
+                self._enqueue(span, self._kept_max)
+        else:
+            self._offer(spans, kept=True)
+
+    def release_kept(self) -> None:
+        """Move held spans into the queue if it has room (cheap when none are held)."""
+        if self._release is not None and self._release.held:
+            self._release.release()
+
+    def _offer(self, spans: Sequence[ReadableSpan], *, kept: bool) -> None:
+        spans = [s for s in spans if s.context.trace_flags.sampled]
+        if not spans or self._dropped_closed(len(spans)):
+            return
+        if not self._release.offer(spans, kept=kept):  # type: ignore[union-attr]
+            self._dropped_full(len(spans))  # an ordinary span: queue and buffer full
+
+    def _drain_kept(self, timeout_s: float) -> None:
+        if self._release is not None and self._release.held:
+            self._release.drain(lambda: self._batch.force_flush(), timeout_s)
 
     def _enqueue(self, span: ReadableSpan, limit: int) -> None:
         if not span.context.trace_flags.sampled:
             return  # the batch processor would skip it too
+        if self._dropped_closed(1):
+            return
+        c = self._counts
+        with c.lock:
+            full = c.stats.pending >= limit
+            if not full:
+                c.stats.pending += 1
+        if full:
+            self._dropped_full(1)
+            return
+        self._batch.on_end(span)
+
+    def _dropped_closed(self, n: int) -> bool:
+        """Count ``n`` spans ending after shutdown() as lost; False if it was not called."""
         c = self._counts
         with c.lock:
             closed = c.closed
             if closed:
-                c.stats.dropped_after_shutdown += 1
+                c.stats.dropped_after_shutdown += n
                 first, c.after_warned = not c.after_warned, True
         if closed:
-            c.drop(1, REASON_AFTER_SHUTDOWN)
+            c.drop(n, REASON_AFTER_SHUTDOWN)
             if first:
                 _log.warning(
                     "otel-rollout: spans ending after shutdown() are not exported to %s; "
                     "they are dropped and counted in %s (logged once)",
                     c.target, A.METRIC_EXPORT_DROPPED,
                 )  # fmt: skip
-            return
+        return closed
+
+    def _dropped_full(self, n: int) -> None:
+        # dropped here, counted, instead of a warning per span from the SDK
+        c = self._counts
         with c.lock:
-            full = c.stats.pending >= limit
-            if full:  # dropped here, counted, instead of a warning per span from the SDK
-                c.stats.dropped_queue_full += 1
-                c.lost_since_success += 1
-                # Logged once, and not during an outage already reported as such.
-                first = not c.queue_warned and not c.failing
-                c.queue_warned = c.queue_warned or first
-            else:
-                c.stats.pending += 1
-        if full:
-            c.drop(1, REASON_QUEUE_FULL)
-            if first:
-                _log.warning(
-                    "otel-rollout: the export queue (%d spans) is full: %s takes spans slower "
-                    "than they end; new spans are dropped and counted in %s (logged once)",
-                    self._max, c.target, A.METRIC_EXPORT_DROPPED,
-                )  # fmt: skip
-            return
-        self._batch.on_end(span)
+            c.stats.dropped_queue_full += n
+            c.lost_since_success += n
+            # Logged once, and not during an outage already reported as such.
+            first = not c.queue_warned and not c.failing
+            c.queue_warned = c.queue_warned or first
+        c.drop(n, REASON_QUEUE_FULL)
+        if first:
+            _log.warning(
+                "otel-rollout: the export queue (%d spans) is full: %s takes spans slower "
+                "than they end; new spans are dropped and counted in %s (logged once)",
+                self._max, c.target, A.METRIC_EXPORT_DROPPED,
+            )  # fmt: skip
 
     def shutdown(self) -> None:
+        # kept traces still held are exported first (Rollout.shutdown bounds the wait:
+        # abandon() counts what is left and empties the buffer)
+        self._drain_kept(SHUTDOWN_DRAIN_S)
         with self._counts.lock:
             self._counts.closed = True
         self._batch.shutdown()
+        if self._release is not None:  # the drain ran out of time
+            n = self._release.abandon()
+            if n:
+                with self._counts.lock:
+                    self._counts.stats.dropped_shutdown_timeout += n
+                self._counts.drop(n, REASON_SHUTDOWN_TIMEOUT)
 
     def abandon(self) -> int:
         """Count the spans still queued as lost (``shutdown_timeout``): ``shutdown()``
         stopped waiting for them. Should they still reach the exporter, they move to
         ``exported`` (or stay lost if that export fails). Returns how many."""
         c = self._counts
+        held = self._release.abandon() if self._release is not None else 0
         with c.lock:
-            n = c.stats.pending + c.stats.in_flight
+            n = c.stats.pending + c.stats.in_flight + held
             c.stats.dropped_shutdown_timeout += n
             c.abandoned += c.stats.pending
             c.stats.pending = c.stats.in_flight = 0
@@ -301,7 +380,12 @@ class _CountingBatchProcessor(SpanProcessor):
         return n
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        start = time.monotonic()
+        self._drain_kept(timeout_millis / 1000)
         ok = self._batch.force_flush(timeout_millis)
+        if self._release is not None and self._release.held:
+            ok = False  # kept traces still wait: the timeout ran out
+        timeout_millis = max(0, int(timeout_millis - (time.monotonic() - start) * 1000))
         # the SDK's batch processor does not flush its exporter (a trace file then states
         # the losses counted since its last write)
         return bool(self._exporter.force_flush(timeout_millis)) and ok
@@ -314,14 +398,17 @@ def guarded_batch_processor(
     target: str = "the trace endpoint",
     max_queue_size: int | None = None,
     kept_reserve: int = 0,
+    kept_release: int | None = None,
     **batch: Any,
 ) -> _CountingBatchProcessor:
     """A batch span processor over ``exporter`` that counts and logs loss, never raises.
 
     ``max_queue_size`` defaults to ``OTEL_BSP_MAX_QUEUE_SIZE`` or 2048 like the SDK's;
     ``kept_reserve`` more spans fit for those a tail keep releases (``on_end_kept``);
-    other keyword arguments go to :class:`BatchSpanProcessor`. The returned processor's
-    ``stats`` is an :class:`ExportStats` snapshot.
+    ``kept_release``: the bound in spans of the buffer where tail-kept traces that do not
+    fit wait, whole, for room (``on_end_kept_trace``; None: no buffer, they are queued or
+    dropped span by span); other keyword arguments go to :class:`BatchSpanProcessor`.
+    The returned processor's ``stats`` is an :class:`ExportStats` snapshot.
     """
     if max_queue_size is None:
         from otel_rollout._settings import from_environment
@@ -329,8 +416,9 @@ def guarded_batch_processor(
         max_queue_size = from_environment("bsp_max_queue_size")
     counts = _Counts(meter_provider, target)
     return _CountingBatchProcessor(
-        _GuardedExporter(exporter, counts), counts, max_queue_size, kept_reserve, **batch
-    )
+        _GuardedExporter(exporter, counts), counts, max_queue_size, kept_reserve,
+        kept_release, **batch,
+    )  # fmt: skip
 
 
 def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoint") -> Any:

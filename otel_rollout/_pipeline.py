@@ -12,8 +12,10 @@ from otel_rollout._export import guarded_batch_processor, guarded_metric_exporte
 from otel_rollout._settings import ConfigError, Settings, safe_file_part
 from otel_rollout._tailkeep import TailKeepProcessor
 
-#: Export-queue room for spans tail keep releases: its own buffer's default bound.
-KEPT_RESERVE = 100_000
+#: Export-queue room reserved for spans tail keep releases. None now: kept traces that do
+#: not fit the queue wait whole in a release buffer of their own
+#: (``tail_keep_release_max_spans``) and move in as the queue drains.
+KEPT_RESERVE = 0
 #: Export-queue room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` for any span, in trace-file mode:
 #: a local file keeps up on average but not with thousands of trajectories ending at once
 #: (the writer shares the interpreter with the agent threads). Bounded, so a full or hung
@@ -138,8 +140,13 @@ class TracePipeline:
             self.meter_provider,
             target=target,
             max_queue_size=self.settings.bsp_max_queue_size + burst_reserve,
-            # what tail keep may release at once (a burst of failures) fits besides
             kept_reserve=KEPT_RESERVE if self.settings.sample_ratio < 1.0 else 0,
+            # what tail keep releases at once (a burst of failures) waits for room there
+            kept_release=(
+                self.settings.tail_keep_release_max_spans
+                if self.settings.sample_ratio < 1.0
+                else None
+            ),
         )
         self.batch_processors.append(processor)
         return self._tail_keep(processor)

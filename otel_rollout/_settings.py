@@ -188,6 +188,11 @@ SETTINGS: tuple[Setting, ...] = (
             Number(0, 100, low_open=True, high_open=True, unit="e.g. 99"), None,
             "below 100% sampling, also keep trajectories slower than this running percentile",
             default_doc="off"),
+    Setting("tail_keep_release_max_spans", ("OTEL_ROLLOUT_TAIL_KEEP_RELEASE_MAX_SPANS",),
+            Number(0, integer=True, unit="spans"), 100_000,
+            "below 100% sampling, kept traces that do not fit the export queue wait whole, "
+            "up to this many spans, and are exported as it drains; beyond it a kept trace "
+            "is dropped whole and counted (`kept_overflow`)", argument=False),
     Setting("bands", ("OTEL_ROLLOUT_BANDS",),
             Pairs("phase=band pairs, band one of " + ", ".join(A.ALL_BANDS), _check_band), None,
             "custom phases counted in a band, e.g. `judge=llm`", default_doc="none"),
@@ -257,6 +262,7 @@ class Settings:
     sample_ratio: float = 1.0
     tail_keep_slower_than_s: float | None = None
     tail_keep_percentile: float | None = None
+    tail_keep_release_max_spans: int = 100_000
     bands: Mapping[str, str] | None = None
     loop_stalls: bool = True
     loop_stall_threshold_ms: float = 5.0

@@ -117,6 +117,9 @@ class TailKeepProcessor(SpanProcessor):
             return
         try:
             self._buffer_or_decide(span)
+            release = getattr(self._inner, "release_kept", None)
+            if release is not None:  # held kept traces move into room the queue made
+                release()
         except Exception as exc:
             internal_error("TailKeepProcessor.on_end", exc)
 
@@ -171,10 +174,14 @@ class TailKeepProcessor(SpanProcessor):
             if keep:
                 self.kept_trajectories += 1
         if keep:
-            # into the export queue's reserve for kept spans, where it has one
+            kept = [_as_sampled(s) for s in chosen]
+            whole = getattr(self._inner, "on_end_kept_trace", None)
+            if whole is not None:  # queued, or held whole until the queue has room
+                whole(kept)
+                return
             release = getattr(self._inner, "on_end_kept", self._inner.on_end)
-            for s in chosen:
-                release(_as_sampled(s))
+            for s in kept:
+                release(s)
 
     def shutdown(self) -> None:
         with self._lock:
