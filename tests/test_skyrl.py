@@ -652,3 +652,17 @@ def test_trajectories_under_the_users_step_span_are_roots_linked_to_it(instrumen
         assert link.context.span_id == ctx.span_id
         assert root.attributes["rollout.batch.id"] == format(ctx.span_id, "016x")
     assert {b.batch_id for b in env.breakdowns} == {format(ctx.span_id, "016x")}
+
+
+def test_suppressed_instrumentation_leaves_the_agent_loop_untraced(instrumented, server):
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    env = instrumented
+    gen = SkyRLGymGenerator(RemoteInferenceClient(server.port, answer_at=0))
+    with suppress_instrumentation():
+        result = asyncio.run(loop_once(gen, "quiet"))
+    assert result.reward == 1.0  # SkyRL's own result, unchanged
+    assert env.spans() == [] and env.breakdowns == []
+    assert all("traceparent" not in headers for _, headers in server.requests)
+    asyncio.run(loop_once(gen, "traced"))  # and traced again once suppression ends
+    assert len(env.roots()) == 1

@@ -1,4 +1,6 @@
-"""Methods wrapped on their classes with ``wrapt``, and restored exactly."""
+"""Methods wrapped on their classes with ``wrapt``, and restored exactly; each wrapper
+steps aside (calls the original untouched) while OpenTelemetry instrumentation is
+suppressed (``opentelemetry.instrumentation.utils.suppress_instrumentation``)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,18 @@ import contextlib
 from typing import Any
 
 import wrapt
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 _ABSENT = object()
+
+
+def _unless_suppressed(wrapper: Any) -> Any:
+    def guarded(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if not is_instrumentation_enabled():
+            return wrapped(*args, **kwargs)
+        return wrapper(wrapped, instance, args, kwargs)
+
+    return guarded
 
 
 class Patches:
@@ -22,7 +34,7 @@ class Patches:
         if key in self._done or not callable(getattr(cls, name, None)):
             return False
         self._done[key] = cls.__dict__.get(name, _ABSENT)
-        wrapt.wrap_function_wrapper(cls, name, wrapper)
+        wrapt.wrap_function_wrapper(cls, name, _unless_suppressed(wrapper))
         return True
 
     def restore(self) -> None:
