@@ -146,7 +146,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`rollout.run.id`, shared by every process of a run; used as given in the "
             "resource, made safe for the trace file's name", default_doc="random, 12 hex digits"),
     Setting("resource_attributes", ("OTEL_RESOURCE_ATTRIBUTES",),
-            Pairs("key=value pairs (a mapping as an argument)"), dict,
+            # a callable default is called with the settings resolved so far: not ``dict``
+            Pairs("key=value pairs (a mapping as an argument)"), lambda _resolved: {},
             "added to (or overriding) the detected resource attributes", default_doc="none",
             merge=True),
     Setting("protocol", ("OTEL_EXPORTER_OTLP_PROTOCOL",), Choice(PROTOCOLS), "grpc",

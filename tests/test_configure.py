@@ -529,3 +529,12 @@ def test_handles_shut_down_or_dropped_are_not_kept_until_exit():
     del r
     gc.collect()
     assert [ref() for ref in refs] == [None] * 10
+
+
+def test_the_resource_holds_no_other_setting(monkeypatch):
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    r = configure(local=True, traces_exporter="none", run_id="r1")
+    attrs = r.tracer_provider.resource.attributes
+    assert r.settings.resource_attributes == {}
+    assert not {"disabled", "service_name", "run_id"} & set(attrs)
+    assert attrs["rollout.run.id"] == "r1"
