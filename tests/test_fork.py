@@ -101,15 +101,19 @@ def test_a_child_has_none_of_the_parents_trajectories_breakdowns_or_summary():
         open_scope = tracer.trajectory("in-flight-at-fork")
         open_scope.__enter__()
         assert processor.in_flight == 1 and len(collector) == 3 and summary.count == 3
+        assert processor.histograms.waiting == 3  # records wait for a collection
 
         def child() -> dict:
-            state = [processor.in_flight, processor.open_spans, len(collector), summary.count]
+            state = [processor.in_flight, processor.open_spans, len(collector), summary.count,
+                     processor.histograms.waiting]  # fmt: skip
             run(tracer, "child-0")
             return {"at_fork": state, "breakdowns": [b.trajectory_id for b in collector.drain()],
-                    "summary": summary.count}  # fmt: skip
+                    "summary": summary.count, "waiting": processor.histograms.waiting}  # fmt: skip
 
         got = in_child(child)
-        assert got == {"at_fork": [0, 0, 0, 0], "breakdowns": ["child-0"], "summary": 1}
+        assert got == {"at_fork": [0, 0, 0, 0, 0], "breakdowns": ["child-0"], "summary": 1,
+                       "waiting": 1}  # fmt: skip
+        assert processor.histograms.waiting == 3  # the parent's records are still its own
         open_scope.__exit__(None, None, None)  # the parent's own state is untouched
         assert [b.trajectory_id for b in collector.drain()][-1] == "in-flight-at-fork"
         provider.shutdown()
