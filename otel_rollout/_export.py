@@ -5,6 +5,9 @@ exporter never raises and whose losses (queue full while the endpoint is slow or
 batches the exporter gave up on) are counted in ``rollout.export.dropped`` and in
 :class:`ExportStats`. A failing endpoint is logged once when the outage starts and once
 when export resumes, with the number of spans lost in between, never once per span.
+
+``guarded_metric_exporter`` (in :mod:`otel_rollout._metric_export`) does the same for
+metric exports.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from otel_rollout import _attributes as A
 from otel_rollout._fork import reset_in_child
+from otel_rollout._metric_export import guarded_metric_exporter
+from otel_rollout._quiet import _quiet, _quiet_loggers_of
 from otel_rollout._release import REASON_KEPT_OVERFLOW, KeptRelease
 
 _log = logging.getLogger("otel_rollout.export")
-_metrics_log = logging.getLogger("otel_rollout.export.metrics")
 
 REASON_QUEUE_FULL = "queue_full"
 REASON_EXPORT_FAILED = "export_failed"
@@ -124,27 +128,6 @@ class _Counts:
             # A metrics failure must not turn into an export failure.
             with contextlib.suppress(Exception):
                 self._counter.add(n, {A.EXPORT_REASON: reason})
-
-
-_quiet = threading.local()
-_quieted_loggers: set[str] = set()
-
-
-class _QuietDuringOutage(logging.Filter):
-    """Drops an exporter's own per-batch error logs once the outage has been reported."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_quiet, "on", False)
-
-
-def _quiet_loggers_of(exporter: SpanExporter) -> None:
-    # The exporter logs from its module (and its base classes' modules) on every failed
-    # batch; the filter only acts on this thread, inside an export already known to fail.
-    for cls in type(exporter).__mro__:
-        name = cls.__module__
-        if name.startswith("opentelemetry.exporter") and name not in _quieted_loggers:
-            _quieted_loggers.add(name)
-            logging.getLogger(name).addFilter(_QuietDuringOutage())
 
 
 class _GuardedExporter(SpanExporter):
@@ -421,61 +404,8 @@ def guarded_batch_processor(
     )  # fmt: skip
 
 
-def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoint") -> Any:
-    """``exporter`` (a ``MetricExporter``) that never raises and logs an outage twice:
-    when it starts and when export resumes (with the number of failed exports), instead
-    of the exporter's own error at every interval."""
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
-
-    class _GuardedMetricExporter(MetricExporter):
-        def __init__(self) -> None:
-            super().__init__(
-                preferred_temporality=getattr(exporter, "_preferred_temporality", None),
-                preferred_aggregation=getattr(exporter, "_preferred_aggregation", None),
-            )
-            self.inner = exporter
-            self.failing = False
-            self.failed = 0  # failed exports since the last success
-            _quiet_loggers_of(exporter)
-
-        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> Any:
-            _quiet.on = self.failing
-            error = None
-            try:
-                result = exporter.export(metrics_data, timeout_millis=timeout_millis, **kw)
-            except Exception as exc:
-                result, error = MetricExportResult.FAILURE, exc
-            finally:
-                _quiet.on = False
-            if result is MetricExportResult.SUCCESS:
-                if self.failing:
-                    _metrics_log.warning(
-                        "otel-rollout: metric export to %s resumed after %d failed exports",
-                        target, self.failed,
-                    )  # fmt: skip
-                self.failing, self.failed = False, 0
-                return result
-            self.failed += 1
-            if not self.failing:
-                self.failing = True
-                why = f": {type(error).__name__}: {error}" if error is not None else ""
-                _metrics_log.warning(
-                    "otel-rollout: metric export to %s failed%s; retried every interval and "
-                    "logged again only when it recovers",
-                    target, why,
-                )  # fmt: skip
-            return MetricExportResult.FAILURE
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            try:
-                return bool(exporter.force_flush(timeout_millis))
-            except Exception:
-                return False
-
-        def shutdown(self, timeout_millis: float = 30_000, **kw: Any) -> None:
-            try:
-                exporter.shutdown(timeout_millis=timeout_millis, **kw)
-            except Exception as exc:
-                _metrics_log.warning("otel-rollout: metric exporter shutdown failed: %s", exc)
-
-    return _GuardedMetricExporter()
+__all__ = [
+    "ExportStats",
+    "guarded_batch_processor",
+    "guarded_metric_exporter",
+]
