@@ -6,7 +6,11 @@ an env setup, a generate and an env step: 4 spans), wait for each other, and the
 all at once. Prints the export counts by reason, the breakdowns computed, and what
 ``otel-rollout report`` reads back from the file.
 
-    python benchmarks/burst.py [--trajectories 10000] [--threads 8]
+    python benchmarks/burst.py [--trajectories 10000] [--threads 8] [--burst-room N]
+
+``--burst-room``: the queue's room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` (default 100,000): a
+smaller one makes the burst lose spans, to compare the shutdown summary's losses with
+those ``report`` reads from the file's loss records.
 """
 
 from __future__ import annotations
@@ -66,7 +70,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--burst-room", type=int, default=None)
     args = parser.parse_args()
+    if args.burst_room is not None:
+        from otel_rollout import _pipeline
+
+        _pipeline.FILE_BURST_RESERVE = args.burst_room
     with tempfile.TemporaryDirectory() as folder:
         rollout = otel_rollout.configure(local=True, output_dir=folder, metrics_exporter="none",
                                          sample_ratio=1.0)  # fmt: skip
@@ -87,6 +96,9 @@ def main() -> None:
     )
     print(f"report: {read['trajectories']} trajectories, {read['incomplete']} incomplete, "
           f"losses {read['losses']}")  # fmt: skip
+    same = read.get("export_losses") == {k: v for k, v in stats.losses().items() if v}
+    print(f"report's export_losses {read.get('export_losses')} "
+          f"{'equal' if same else 'DIFFER FROM'} the summary's")  # fmt: skip
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {peak:.0f} MiB")
 
