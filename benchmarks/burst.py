@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import resource
 import tempfile
 import threading
@@ -73,9 +74,7 @@ def main() -> None:
     parser.add_argument("--burst-room", type=int, default=None)
     args = parser.parse_args()
     if args.burst_room is not None:
-        from otel_rollout import _pipeline
-
-        _pipeline.FILE_BURST_RESERVE = args.burst_room
+        os.environ["OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS"] = str(args.burst_room)
     with tempfile.TemporaryDirectory() as folder:
         rollout = otel_rollout.configure(local=True, output_dir=folder, metrics_exporter="none",
                                          sample_ratio=1.0)  # fmt: skip

@@ -16,10 +16,11 @@ from otel_rollout._tailkeep import TailKeepProcessor
 #: not fit the queue wait whole in a release buffer of their own
 #: (``tail_keep_release_max_spans``) and move in as the queue drains.
 KEPT_RESERVE = 0
-#: Export-queue room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` for any span, in trace-file mode:
-#: a local file keeps up on average but not with thousands of trajectories ending at once
-#: (the writer shares the interpreter with the agent threads). Bounded, so a full or hung
-#: disk drops and counts spans instead of holding memory without end or blocking ends.
+#: Default export-queue room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` for any span, in
+#: trace-file mode (``trace_file_burst_spans``): a local file keeps up on average but not
+#: with thousands of trajectories ending at once (the writer shares the interpreter with
+#: the agent threads). Bounded, so a full or hung disk drops and counts spans instead of
+#: holding memory without end or blocking ends.
 FILE_BURST_RESERVE = 100_000
 
 
@@ -167,7 +168,7 @@ class TracePipeline:
             max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
             exporter = RotatingTraceFile(path, max_bytes=max_bytes,
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
-            processor = self._batch(exporter, str(path), burst_reserve=FILE_BURST_RESERVE)
+            processor = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
             # spans lost before the file are stated in it, for ``otel-rollout report``
             counted = self.batch_processors[-1]
             resource = getattr(self.resource, "attributes", None)

@@ -211,6 +211,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trace_file_max_age_s", ("OTEL_ROLLOUT_TRACE_FILE_MAX_AGE_S",),
             Number(0, unit="seconds"), 3600, "the trace file moves on to a new file once it "
             "is this old (0: never for age)"),
+    Setting("trace_file_burst_spans", ("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS",),
+            Number(0, integer=True, unit="spans"), 100_000,
+            "trace-file mode: room in the export queue beyond `OTEL_BSP_MAX_QUEUE_SIZE` for "
+            "spans ending together; past it (a hung disk) spans are dropped and counted "
+            "(`queue_full`)", argument=False),
     Setting("genai_metrics", ("OTEL_ROLLOUT_GENAI_METRICS",), Bool(), False,
             "also record the GenAI client metrics (gen_ai.client.operation.duration, "
             "gen_ai.client.token.usage) for every generate call"),
@@ -270,6 +275,7 @@ class Settings:
     output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
     trace_file_max_mb: float = 128
     trace_file_max_age_s: float = 3600
+    trace_file_burst_spans: int = 100_000
     genai_metrics: bool = False
     metric_export_interval_ms: int = 60000
     bsp_max_queue_size: int = 2048

@@ -17,7 +17,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 import otel_rollout
 from otel_rollout import _attributes as A
-from otel_rollout import _pipeline
 from otel_rollout._tracefile import RotatingTraceFile, loss_record
 from otel_rollout.cli import main as cli_main
 from otel_rollout.report import read_sources
@@ -32,7 +31,7 @@ def env(monkeypatch):
     # a small queue, no burst room: holding the writer overflows it
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "200")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "50")
-    monkeypatch.setattr(_pipeline, "FILE_BURST_RESERVE", 0)
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS", "0")
 
 
 @pytest.fixture

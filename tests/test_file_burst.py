@@ -14,7 +14,6 @@ import threading
 import pytest
 
 import otel_rollout
-from otel_rollout import _pipeline
 from otel_rollout._tracefile import RotatingTraceFile
 from otel_rollout.cli import main as cli_main
 
@@ -124,7 +123,7 @@ def test_a_burst_of_trajectories_ending_together_reaches_the_trace_file_whole(
 def test_past_the_burst_room_every_lost_span_is_counted_by_reason(
     env, slow_disk, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(_pipeline, "FILE_BURST_RESERVE", 1000)  # room for 3,048 spans
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS", "1000")  # room for 3,048 spans
     rollout = configure(tmp_path)
     burst(rollout)
     lost = rollout.export_stats.dropped_queue_full
