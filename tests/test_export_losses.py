@@ -9,9 +9,9 @@ import asyncio
 import contextlib
 import io
 import json
-import threading
 
 import pytest
+from _bursts import gate_trace_file
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -37,16 +37,7 @@ def env(monkeypatch):
 @pytest.fixture
 def gate(monkeypatch):
     """The trace file's writes wait while the gate is closed (``clear()``)."""
-    go = threading.Event()
-    go.set()
-    real = RotatingTraceFile.export
-
-    def export(self, spans):
-        go.wait(60)
-        return real(self, spans)
-
-    monkeypatch.setattr(RotatingTraceFile, "export", export)
-    return go
+    return gate_trace_file(monkeypatch, open_=True)
 
 
 async def trajectories(rollout: otel_rollout.Rollout, n: int) -> None:

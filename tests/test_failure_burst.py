@@ -1,11 +1,11 @@
-"""A burst of failures (an inference server crash) reaches the exporter whole: tail keep
-releases into room of its own beside the export queue (real OTLP exporter and receiver)."""
+"""A burst of failures (an inference server crash) reaches the exporter whole: kept traces
+that do not fit the export queue wait whole and enter it as it drains (real OTLP exporter
+and receiver)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from _bursts import fail_together
 
 from otel_rollout import configure
 from otel_rollout.testing.receiver import OTLPReceiver
@@ -28,24 +28,7 @@ def test_a_thousand_trajectories_failing_at_once_are_all_exported_whole(env):
         rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
                             metrics_exporter="none", sample_ratio=0.0)  # fmt: skip
         rx.hold()  # the endpoint is slow to answer while the burst is released
-        crash = asyncio.Event()
-
-        async def one(i: int) -> None:
-            async with rollout.tracer.trajectory(f"t{i}") as traj:
-                async with traj.env_setup():
-                    pass
-                async with traj.generate():
-                    await crash.wait()
-                    raise ConnectionError("inference server went away")
-
-        async def main() -> None:
-            tasks = [asyncio.create_task(one(i)) for i in range(N)]
-            await asyncio.sleep(0)  # every trajectory is in flight, waiting on the engine
-            crash.set()  # and they fail together
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            assert all(isinstance(r, ConnectionError) for r in results)
-
-        asyncio.run(main())
+        fail_together(rollout, N)
         stats = rollout.export_stats
         assert stats.dropped == 0  # nothing lost to a full queue
         rx.release()

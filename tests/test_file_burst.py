@@ -12,9 +12,9 @@ import json
 import threading
 
 import pytest
+from _bursts import gate_trace_file
 
 import otel_rollout
-from otel_rollout._tracefile import RotatingTraceFile
 from otel_rollout.cli import main as cli_main
 
 THREADS = 4
@@ -34,15 +34,7 @@ def env(monkeypatch):
 @pytest.fixture
 def slow_disk(monkeypatch):
     """The trace file's writes wait until ``set()``: the burst ends before any is written."""
-    go = threading.Event()
-    real = RotatingTraceFile.export
-
-    def export(self, spans):
-        go.wait(60)
-        return real(self, spans)
-
-    monkeypatch.setattr(RotatingTraceFile, "export", export)
-    return go
+    return gate_trace_file(monkeypatch, open_=False)
 
 
 def burst(rollout: otel_rollout.Rollout) -> None:

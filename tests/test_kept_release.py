@@ -5,11 +5,11 @@ stalls while the burst is released and then recovers."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 from collections import defaultdict
 
 import pytest
+from _bursts import fail_together
 
 from otel_rollout import configure
 from otel_rollout.testing.receiver import OTLPReceiver
@@ -30,28 +30,6 @@ def env(monkeypatch):
     return monkeypatch
 
 
-def crash(rollout, n: int = N) -> None:
-    """``n`` trajectories in flight fail together (an inference server going away)."""
-    gone = asyncio.Event()
-
-    async def one(i: int) -> None:
-        async with rollout.tracer.trajectory(f"t{i}") as traj:
-            async with traj.env_setup():
-                pass
-            async with traj.generate():
-                await gone.wait()
-                raise ConnectionError("inference server went away")
-
-    async def main() -> None:
-        tasks = [asyncio.create_task(one(i)) for i in range(n)]
-        await asyncio.sleep(0)  # every trajectory is in flight, waiting on the engine
-        gone.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert all(isinstance(r, ConnectionError) for r in results)
-
-    asyncio.run(main())
-
-
 def by_trajectory(rx: OTLPReceiver) -> dict[str, list]:
     traces = defaultdict(list)
     for s in rx.spans():
@@ -69,7 +47,7 @@ def test_a_failure_burst_waits_for_a_stalled_endpoint_and_arrives_whole(env):
         rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
                             metrics_exporter="none", sample_ratio=0.01)  # fmt: skip
         rx.hold()  # the endpoint stalls: the first batch sent is not answered
-        crash(rollout)
+        fail_together(rollout, N)
         assert rx.wait_for(lambda r: r.requests >= 1, timeout=60)
         stats = rollout.export_stats
         assert stats.dropped == 0
@@ -101,7 +79,7 @@ def test_past_the_release_bound_kept_traces_are_dropped_whole_and_counted(env):
                             metrics_exporter="none", sample_ratio=0.0,
                             summary_stream=summary)  # fmt: skip
         rx.hold()
-        crash(rollout)
+        fail_together(rollout, N)
         assert rx.wait_for(lambda r: r.requests >= 1, timeout=60)
         stats = rollout.export_stats
         assert 0 < stats.held <= 301  # the bound (spans move on to the queue one by one)
@@ -128,7 +106,7 @@ def test_shutdown_drains_the_release_buffer(env):
         rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
                             metrics_exporter="none", sample_ratio=0.0)  # fmt: skip
         rx.hold()
-        crash(rollout, 200)
+        fail_together(rollout, 200)
         assert rx.wait_for(lambda r: r.requests >= 1, timeout=60)
         assert rollout.export_stats.held > 0
         rx.release()
@@ -146,7 +124,7 @@ def test_a_shutdown_that_gives_up_counts_held_spans(env):
         rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
                             metrics_exporter="none", sample_ratio=0.0)  # fmt: skip
         rx.hold()  # and never answers before shutdown gives up
-        crash(rollout, 200)
+        fail_together(rollout, 200)
         assert rx.wait_for(lambda r: r.requests >= 1, timeout=60)
         held = rollout.export_stats.held
         assert held > 0
