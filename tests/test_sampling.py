@@ -47,9 +47,8 @@ def test_bad_ratio_names_the_value(bad):
 
 
 def test_configured_ratio_over_otlp_counts_all_and_keeps_every_failed_and_slow(monkeypatch):
-    import time
-
-    from otel_rollout import configure
+    from otel_rollout import RolloutTracer, configure
+    from otel_rollout.testing import ManualClock
     from otel_rollout.testing.receiver import OTLPReceiver
 
     for name in (
@@ -71,12 +70,15 @@ def test_configured_ratio_over_otlp_counts_all_and_keeps_every_failed_and_slow(m
             tail_keep_slower_than_s=0.04,
             metric_export_interval_ms=60_000,
         )
+        # the configured pipeline, timed by a manual clock: only the slow ones take 50 ms
+        clock = ManualClock(step_ns=1_000)
+        tracer = RolloutTracer(rollout.tracer_provider, processor=rollout.processor, clock=clock)
         for i in range(500):
             try:
-                with rollout.tracer.trajectory(f"t{i}", env="e") as traj:
+                with tracer.trajectory(f"t{i}", env="e") as traj:
                     with traj.generate():
                         if i in slow:
-                            time.sleep(0.05)
+                            clock.advance(ms=50)
                     with traj.env_step():
                         if i in failed:
                             raise RuntimeError("tool crashed")
