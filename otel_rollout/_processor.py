@@ -124,7 +124,9 @@ class BreakdownProcessor(SpanProcessor):
         )
         #: The histograms (None with ``record_metrics=False``); their records wait for the
         #: next metric collection, made by the collecting thread.
-        self.histograms = TrajectoryHistograms(meter, self._count) if record_metrics else None
+        self.histograms = (
+            TrajectoryHistograms(meter, lambda: self.in_flight) if record_metrics else None
+        )
         reset_in_child(self, BreakdownProcessor._reset)
 
     # --- public ---------------------------------------------------------------------------
@@ -168,9 +170,8 @@ class BreakdownProcessor(SpanProcessor):
         ctx = span.context
         sid = ctx.span_id
         start = span.start_time or 0
-        # the root's attributes, live (a view; its plain dict when the SDK has one)
-        attrs = getattr(getattr(span, "_attributes", None), "_dict", None)
-        traj = _Trajectory(sid, ctx.trace_id, start, attrs or span.attributes)
+        # the root's attributes, live: attributes set later are read when it ends
+        traj = _Trajectory(sid, ctx.trace_id, start, _plain_attributes(span))
         with self._lock:
             if self._trajs:
                 self._evict_locked(start)
@@ -231,9 +232,6 @@ class BreakdownProcessor(SpanProcessor):
         :meth:`shutdown`. Returns the number of trajectories recorded. Never raises.
         """
         return self.histograms.record_waiting() if self.histograms is not None else 0
-
-    def _count(self) -> int:
-        return len(self._trajs)
 
     # --- the hand-off from RolloutTracer ------------------------------------------------------
     def finish(self, root: Span, end_ns: int, status: str | None = None) -> Breakdown | None:

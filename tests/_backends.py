@@ -194,12 +194,16 @@ class Stack:
                 print(s.tail(), file=sys.stdout)
             raise
 
+    def _dir(self, name: str) -> Path:
+        d = self.workdir / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
     # --- the three kinds of server ------------------------------------------------------
     def prometheus(self, name: str = "prometheus") -> Server:
         bins = need("prometheus")
         port = free_port()
-        d = self.workdir / name
-        d.mkdir(parents=True, exist_ok=True)
+        d = self._dir(name)
         argv = [
             str(bins["prometheus"]),
             # The shipped config, as compose mounts it.
@@ -216,21 +220,10 @@ class Stack:
 
     def jaeger(self, name: str = "jaeger") -> Server:
         bins = need("jaeger")
-        ports = {
-            k: free_port()
-            for k in ("otlp_grpc", "otlp_http", "query_http", "query_grpc", "health", "metrics")
-        }
-        env = {
-            "JAEGER_LISTEN_HOST": "127.0.0.1",
-            "JAEGER_OTLP_GRPC_PORT": str(ports["otlp_grpc"]),
-            "JAEGER_OTLP_HTTP_PORT": str(ports["otlp_http"]),
-            "JAEGER_QUERY_HTTP_PORT": str(ports["query_http"]),
-            "JAEGER_QUERY_GRPC_PORT": str(ports["query_grpc"]),
-            "JAEGER_HEALTH_PORT": str(ports["health"]),
-            "JAEGER_METRICS_PORT": str(ports["metrics"]),
-        }
-        d = self.workdir / name
-        d.mkdir(parents=True, exist_ok=True)
+        ports, env = listen_env(
+            "JAEGER", "otlp_grpc", "otlp_http", "query_http", "query_grpc", "health", "metrics"
+        )
+        d = self._dir(name)
         argv = [str(bins["jaeger"]), f"--config={JAEGER_CONFIG}"]
         health = f"http://127.0.0.1:{ports['query_http']}/api/services"
         return self.add(Server(name, argv, env, d / "log.txt", health, ports))
@@ -238,20 +231,21 @@ class Stack:
     def collector(self, config: str, env: dict[str, str], name: str = "otelcol") -> Server:
         """The Collector on collector-config/``config``; ``env`` names its peers."""
         bins = need("otelcol")
-        ports = {k: free_port() for k in ("otlp_grpc", "otlp_http", "health", "metrics")}
-        full_env = {
-            "OTELCOL_LISTEN_HOST": "127.0.0.1",
-            "OTELCOL_OTLP_GRPC_PORT": str(ports["otlp_grpc"]),
-            "OTELCOL_OTLP_HTTP_PORT": str(ports["otlp_http"]),
-            "OTELCOL_HEALTH_PORT": str(ports["health"]),
-            "OTELCOL_METRICS_PORT": str(ports["metrics"]),
-            **env,
-        }
-        d = self.workdir / name
-        d.mkdir(parents=True, exist_ok=True)
+        ports, full_env = listen_env("OTELCOL", "otlp_grpc", "otlp_http", "health", "metrics")
+        full_env.update(env)
+        d = self._dir(name)
         argv = [str(bins["otelcol"]), f"--config={CFG / config}"]
         health = f"http://127.0.0.1:{ports['health']}/"
         return self.add(Server(name, argv, full_env, d / "log.txt", health, ports))
+
+
+def listen_env(prefix: str, *names: str) -> tuple[dict[str, int], dict[str, str]]:
+    """A free port per name, and the variables the shipped configs read them from:
+    ``<PREFIX>_LISTEN_HOST`` and ``<PREFIX>_<NAME>_PORT``."""
+    ports = {name: free_port() for name in names}
+    env = {f"{prefix}_LISTEN_HOST": "127.0.0.1"}
+    env.update({f"{prefix}_{name.upper()}_PORT": str(port) for name, port in ports.items()})
+    return ports, env
 
 
 def collector_metric(server: Server, name: str, **labels: str) -> float:
