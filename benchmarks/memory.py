@@ -1,18 +1,20 @@
 """Memory per 1,000 trajectories in a long run, in each exporter mode.
 
-    python benchmarks/memory.py                       # 200k trajectories, file and none modes
-    python benchmarks/memory.py --modes file,none,otlp --trajectories 200000
+    python benchmarks/memory.py                       # 200k trajectories, file, none, otlp
+    python benchmarks/memory.py --modes file,none,otlp,otlp-down --trajectories 200000
     python benchmarks/memory.py --mode file --trajectories 10000 --warmup 5000 --json
 
 Each mode runs in a process of its own (``otlp`` sends to a real receiver in the parent,
-so the receiver's storage is not counted). Trajectories run like a trainer's: a generate
-and an env step each, the collector drained every 1,000 (a step). After ``--warmup``
-trajectories, the Python heap (``sys.getallocatedblocks()``, after ``gc.collect()``) and
-the resident set size are read every ``--window`` trajectories; the figures printed are
-their growth per 1,000 trajectories after warm-up. Flat means 0 blocks per 1,000 (a leak
-of one object per trajectory shows as 1,000 or more); RSS includes allocator slack and
-grows in steps, so read it over the whole run. The bare OpenTelemetry SDK with a batch
-exporter to the same kind of file is run alongside as a baseline (``--baseline``).
+so the receiver's storage is not counted; ``otlp-down`` sends to a port nobody listens
+on, as during a collector outage: every span is dropped and counted). Trajectories run
+like a trainer's: a generate and an env step each, the collector drained every 1,000 (a
+step). After ``--warmup`` trajectories, the Python heap (``sys.getallocatedblocks()``,
+after ``gc.collect()``) and the resident set size are read every ``--window``
+trajectories; the figures printed are their growth per 1,000 trajectories after warm-up.
+Flat means 0 blocks per 1,000 (a leak of one object per trajectory shows as 1,000 or
+more); RSS includes allocator slack and grows in steps, so read it over the whole run.
+The bare OpenTelemetry SDK with a batch exporter to the same kind of file is run
+alongside as a baseline (``--no-baseline`` skips it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _unused_endpoint() -> str:
+    """A gRPC endpoint on a local port that nothing listens on: connections are refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 def measure(mode: str, n: int, warmup: int, window: int, endpoint: str | None) -> dict:
     """Run ``warmup + n`` trajectories in this process; heap and RSS after each window."""
     import otel_rollout
@@ -45,7 +56,8 @@ def measure(mode: str, n: int, warmup: int, window: int, endpoint: str | None) -
     kw: dict = {"local": True, "output_dir": out_dir, "summary_stream": io.StringIO()}
     if mode == "none":
         kw["traces_exporter"] = "none"
-    elif mode == "otlp":
+    elif mode in ("otlp", "otlp-down"):
+        endpoint = endpoint or _unused_endpoint()
         kw.update(endpoint=endpoint, protocol="grpc", metrics_exporter="none")
     rollout = otel_rollout.configure(**kw)
     tracer = rollout.tracer
@@ -60,8 +72,11 @@ def measure(mode: str, n: int, warmup: int, window: int, endpoint: str | None) -
             if i % 1000 == 999:
                 rollout.collector.drain()  # a trainer's step
 
+    # Nothing can be exported with the endpoint down: a flush would only wait its timeout.
+    flush_s = 0.5 if mode == "otlp-down" else 10
+
     def settle() -> tuple[int, int]:
-        rollout.force_flush(10)
+        rollout.force_flush(flush_s)
         gc.collect()
         return sys.getallocatedblocks(), _rss_bytes()
 
@@ -76,14 +91,14 @@ def measure(mode: str, n: int, warmup: int, window: int, endpoint: str | None) -
         done += count
         blocks, rss = settle()
         points.append({"trajectories": done, "blocks": blocks - blocks0, "rss": rss - rss0})
-    stats = rollout.export_stats
     ok = rollout.shutdown(10)
+    stats = rollout.export_stats  # after shutdown: whatever it could not export is counted
     return {
         "mode": mode,
         "points": points,
         "seconds": time.perf_counter() - t0,
         "exported": stats.exported,
-        "dropped": stats.dropped_queue_full + stats.dropped_export_failed,
+        "dropped": stats.dropped,
         "shutdown": ok,
         "collector_dropped": rollout.collector.dropped,
     }

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_rollout import _attributes as A
+from otel_rollout._bounded import BoundedCall
 from otel_rollout._fork import reset_in_child
 from otel_rollout._metric_export import guarded_metric_exporter
 from otel_rollout._quiet import _quiet, _quiet_loggers_of
@@ -228,6 +229,9 @@ class _CountingBatchProcessor(SpanProcessor):
                           f"using a batch size of {batch_size}", stacklevel=4)  # fmt: skip
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
                                              max_export_batch_size=batch_size)  # fmt: skip
+        # The SDK's force_flush exports the whole queue in the caller's thread, whatever
+        # its timeout: run on a thread of its own, the caller waits at most the timeout.
+        self._flush_queue = BoundedCall(lambda _: self._batch.force_flush(), "otel-rollout-flush")
         # Tail-kept traces that do not fit wait here, whole, for room (None: no buffer).
         self._release: KeptRelease | None = None
         if kept_release is not None:
@@ -281,7 +285,7 @@ class _CountingBatchProcessor(SpanProcessor):
 
     def _drain_kept(self, timeout_s: float) -> None:
         if self._release is not None and self._release.held:
-            self._release.drain(lambda: self._batch.force_flush(), timeout_s)
+            self._release.drain(self._flush_queue, timeout_s)
 
     def _enqueue(self, span: ReadableSpan, limit: int) -> None:
         if not span.context.trace_flags.sampled:
@@ -363,9 +367,11 @@ class _CountingBatchProcessor(SpanProcessor):
         return n
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export what is queued and held; False when ``timeout_millis`` ran out first (the
+        export goes on in the background, the next call waits for it)."""
         start = time.monotonic()
         self._drain_kept(timeout_millis / 1000)
-        ok = self._batch.force_flush(timeout_millis)
+        ok = self._flush_queue(max(0.0, timeout_millis / 1000 - (time.monotonic() - start)))
         if self._release is not None and self._release.held:
             ok = False  # kept traces still wait: the timeout ran out
         timeout_millis = max(0, int(timeout_millis - (time.monotonic() - start) * 1000))

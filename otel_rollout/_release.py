@@ -125,12 +125,14 @@ class KeptRelease:
         finally:
             self._releasing.release()
 
-    def drain(self, flush: Callable[[], Any], timeout_s: float) -> bool:
-        """Release and flush until nothing is held or ``timeout_s`` passed; True if empty."""
+    def drain(self, flush: Callable[[float], Any], timeout_s: float) -> bool:
+        """Release and flush until nothing is held or ``timeout_s`` passed; True if empty.
+
+        ``flush(seconds_left)`` exports the queue (each export releases more into it)."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         while self._held and time.monotonic() < deadline:
             self.release()
-            flush()  # exports the whole queue (each export releases more into it)
+            flush(max(0.0, deadline - time.monotonic()))
         return not self._held
 
     def abandon(self) -> int:

@@ -7,11 +7,13 @@ import atexit
 import logging
 import random
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from otel_rollout._bounded import BoundedCall
 from otel_rollout._export import ExportStats
 from otel_rollout._fork import reset_in_child
 from otel_rollout._processor import BreakdownProcessor
@@ -130,6 +132,7 @@ class Rollout:
     _closers: list = field(default_factory=list, repr=False)
     _shutdown_worker: threading.Thread | None = field(default=None, repr=False)
     _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _flush: BoundedCall | None = field(default=None, repr=False)
 
     @property
     def export_stats(self) -> ExportStats:
@@ -140,11 +143,20 @@ class Rollout:
         return total
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        ms = int(timeout_s * 1000)
+        """Export what waits, spans then metrics; returns False when ``timeout_s`` ran out
+        first. Never waits longer, even with the endpoint down: the export goes on in the
+        background, and the next call waits for it before starting its own."""
+        if self._flush is None:
+            self._flush = BoundedCall(self._flush_providers, "otel-rollout-force-flush")
+        return self._flush(timeout_s)
+
+    def _flush_providers(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
         ok = True
         for p in (self.tracer_provider, self.meter_provider):
             fn = getattr(p, "force_flush", None)
             if fn is not None:
+                ms = max(0, int((deadline - time.monotonic()) * 1000))
                 ok = bool(fn(ms)) and ok
         return ok
 
