@@ -146,8 +146,9 @@ class Rollout:
         """Export what waits, spans then metrics; returns False when ``timeout_s`` ran out
         first. Never waits longer, even with the endpoint down: the export goes on in the
         background, and the next call waits for it before starting its own."""
-        if self._flush is None:
-            self._flush = BoundedCall(self._flush_providers, "otel-rollout-force-flush")
+        with self._shutdown_lock:
+            if self._flush is None:
+                self._flush = BoundedCall(self._flush_providers, "otel-rollout-force-flush")
         return self._flush(timeout_s)
 
     def _flush_providers(self, timeout_s: float) -> bool:
