@@ -57,6 +57,11 @@ def measure(mode: str, n: int, warmup: int, window: int, endpoint: str | None) -
     if mode == "none":
         kw["traces_exporter"] = "none"
     elif mode in ("otlp", "otlp-down"):
+        if mode == "otlp-down":
+            # What waits for the endpoint swings between an empty and a full queue as the
+            # exporter gives up on a batch: a small queue keeps the swing small.
+            os.environ.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+            os.environ.setdefault("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16")
         endpoint = endpoint or _unused_endpoint()
         kw.update(endpoint=endpoint, protocol="grpc", metrics_exporter="none")
     rollout = otel_rollout.configure(**kw)

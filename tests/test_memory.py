@@ -35,7 +35,10 @@ def test_heap_per_thousand_trajectories_is_flat_in_every_exporter_mode():
     total = WARMUP + MEASURED
     for mode, r in results.items():
         growth = memory.per_thousand(r, "blocks", first=0)  # after the first measured window
-        assert growth < 50, (mode, r["points"])
+        # With the endpoint down, what waits swings between an empty and a full queue (64
+        # spans and a batch or two in the exporter's retries: under 1,000 blocks, so under
+        # 250 per 1,000 over the 4,000 measured); one object kept per trajectory is 1,000.
+        assert growth < (250 if mode == "otlp-down" else 50), (mode, r["points"])
         assert r["collector_dropped"] == 0, (mode, r)
         # with the endpoint down, the export under way waits out its retries
         assert r["shutdown"] or mode == "otlp-down", (mode, r)
