@@ -23,11 +23,11 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_rollout import _attributes as A
+from otel_rollout._export_counts import REASON_KEPT_OVERFLOW
 from otel_rollout._fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout.export")
 
-REASON_KEPT_OVERFLOW = "kept_overflow"
 #: Default bound of the release FIFO, in spans (``OTEL_ROLLOUT_TAIL_KEEP_RELEASE_MAX_SPANS``).
 DEFAULT_MAX_SPANS = 100_000
 
@@ -35,7 +35,7 @@ DEFAULT_MAX_SPANS = 100_000
 class KeptRelease:
     """The release FIFO of one export queue (see the module).
 
-    ``counts``: the queue's ``_Counts`` (its lock guards ``stats.pending``, ``held`` and
+    ``counts``: the queue's ``ExportCounts`` (its lock guards ``stats.pending``, ``held`` and
     ``dropped_kept_overflow``); ``queue_max``: the queue's bound in spans; ``max_spans``:
     this FIFO's bound (0: no FIFO, a kept trace that does not fit is dropped);
     ``enqueue(span)``: hands one span, already counted in ``pending``, to the queue.
