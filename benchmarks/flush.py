@@ -76,9 +76,13 @@ def bare(endpoint: str, n: int, timeout_s: float) -> tuple[float, bool]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trajectories", type=int, default=20)
-    p.add_argument("--timeout", type=float, default=0.5, help="force_flush timeout, seconds")
-    p.add_argument("--delay", type=float, default=3.0, help="stalled receiver, s per request")
+    p.add_argument("--trajectories", type=int, default=20, help="3 spans each (default 20)")
+    p.add_argument(
+        "--timeout", type=float, default=0.5, help="force_flush timeout, seconds (default 0.5)"
+    )
+    p.add_argument(
+        "--delay", type=float, default=3.0, help="stalled receiver, s per request (default 3)"
+    )
     args = p.parse_args()
     rx = OTLPReceiver().start()
     try:

@@ -191,11 +191,17 @@ def run_mode(mode: str, n: int, warmup: int, window: int, endpoint: str | None =
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", default="file,none,otlp")
+    p.add_argument(
+        "--modes",
+        default="file,none,otlp",
+        help="comma-separated: file, none, otlp, otlp-down (default file,none,otlp)",
+    )
     p.add_argument("--mode", help=argparse.SUPPRESS)
-    p.add_argument("--trajectories", type=int, default=200_000)
-    p.add_argument("--warmup", type=int, default=10_000)
-    p.add_argument("--window", type=int, default=10_000)
+    p.add_argument("--trajectories", type=int, default=200_000, help="measured, after warm-up")
+    p.add_argument(
+        "--warmup", type=int, default=10_000, help="trajectories before the first reading"
+    )
+    p.add_argument("--window", type=int, default=10_000, help="trajectories between readings")
     p.add_argument("--endpoint", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-baseline", action="store_true", help="skip the bare SDK run")
