@@ -12,6 +12,7 @@ import json
 
 import pytest
 from _bursts import gate_trace_file
+from _otel_env import clean_otel_env
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -24,10 +25,7 @@ from otel_rollout.report import read_sources
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                 "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_ROLLOUT_SAMPLE_RATIO",
-                 "OTEL_TRACES_SAMPLER", "OTEL_BSP_SCHEDULE_DELAY"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
+    clean_otel_env(monkeypatch)
     # a small queue, no burst room: holding the writer overflows it
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "200")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "50")

@@ -11,6 +11,7 @@ import logging
 import time
 
 import pytest
+from _otel_env import clean_otel_env
 
 from otel_rollout import configure
 from otel_rollout.testing.receiver import OTLPReceiver
@@ -27,16 +28,7 @@ def metrics_rx():
 
 @pytest.fixture
 def fault_env(monkeypatch, metrics_rx):
-    unset = (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_SDK_DISABLED",
-        "OTEL_TRACES_EXPORTER",
-        "OTEL_METRICS_EXPORTER",
-        "OTEL_ROLLOUT_SAMPLE_RATIO",
-        "OTEL_TRACES_SAMPLER",
-    )
-    for name in unset:
-        monkeypatch.delenv(name, raising=False)
+    clean_otel_env(monkeypatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics_rx.grpc_endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")

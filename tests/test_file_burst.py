@@ -13,6 +13,7 @@ import threading
 
 import pytest
 from _bursts import gate_trace_file
+from _otel_env import clean_otel_env
 
 import otel_rollout
 from otel_rollout.cli import main as cli_main
@@ -24,11 +25,7 @@ SPANS = 4 * N
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                 "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_ROLLOUT_SAMPLE_RATIO",
-                 "OTEL_TRACES_SAMPLER", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY",
-                 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
+    clean_otel_env(monkeypatch)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import pytest
 from _bursts import fail_together
+from _otel_env import clean_otel_env
 
 from otel_rollout import configure
 from otel_rollout.testing.receiver import OTLPReceiver
@@ -20,11 +21,7 @@ SPANS_PER_TRAJECTORY = 3
 
 @pytest.fixture
 def env(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER",
-                 "OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_TRACES_SAMPLER", "OTEL_BSP_MAX_QUEUE_SIZE",
-                 "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-                 "OTEL_ROLLOUT_TAIL_KEEP_RELEASE_MAX_SPANS"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
+    clean_otel_env(monkeypatch)
     # a stalled request waits for the receiver instead of timing out
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")
     return monkeypatch
