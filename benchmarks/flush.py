@@ -10,7 +10,7 @@ of its timeout (1.0 or less: within it).
 
 Cases: ``stalled``, a real receiver (``otel_rollout.testing.receiver``) that takes
 ``--delay`` seconds per export request; ``refused``, a local port nobody listens on.
-Queues of 64 spans in batches of 16, as in ``tests/test_faults.py``; 3 spans a trajectory;
+Queues of 64 spans in batches of 16, as in ``tests/system/test_faults.py``; 3 spans a trajectory;
 the exporter's own timeout is the SDK's default (``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s).
 """
 

@@ -24,7 +24,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_rollout import BreakdownProcessor, RolloutTracer, _loopstall
+from otel_rollout import BreakdownProcessor, RolloutTracer
+from otel_rollout._processing import loopstall as _loopstall
 
 TURNS = 10
 

@@ -2,27 +2,20 @@
 time breakdown (llm / env / env_setup / env_teardown / other), histograms, and the
 per-batch dict trainers log."""
 
-from otel_rollout._accounting import compute_breakdown
-from otel_rollout._attributes import ALL_BANDS, BANDS
-from otel_rollout._batch_accumulator import BatchAccumulator, group_by_batch, mark_consumed
-from otel_rollout._batch_analysis import analyze_batch
-from otel_rollout._batch_figures import BatchAnalysis, StepFunction
-from otel_rollout._batch_span import Batch, current_batch
-from otel_rollout._breakdown import Breakdown, PhaseInterval
-from otel_rollout._config import ConfigError, Rollout, configure
-from otel_rollout._console import ConsoleTreeExporter
-from otel_rollout._context import bind_context, run_in_executor
-from otel_rollout._export import ExportStats, guarded_batch_processor
-from otel_rollout._genai_metrics import GenAIMetricsProcessor
-from otel_rollout._loopstall import configure_loop_stalls
-from otel_rollout._processor import BreakdownProcessor
-from otel_rollout._rollout import get_rollout
-from otel_rollout._sampling import RecordingRatioSampler
-from otel_rollout._settings import Settings
-from otel_rollout._span_tree import SpanRecord, outermost_phases
-from otel_rollout._summary import BreakdownCollector, group_by, summarize
-from otel_rollout._tailkeep import TailKeepProcessor
-from otel_rollout._tracer import (
+from otel_rollout._accounting.batch_accumulator import (
+    BatchAccumulator,
+    group_by_batch,
+    mark_consumed,
+)
+from otel_rollout._accounting.batch_analysis import analyze_batch
+from otel_rollout._accounting.batch_figures import BatchAnalysis, StepFunction
+from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
+from otel_rollout._accounting.compute import compute_breakdown
+from otel_rollout._accounting.span_tree import SpanRecord, outermost_phases
+from otel_rollout._accounting.summary import BreakdownCollector, group_by, summarize
+from otel_rollout._api.batch_span import Batch, current_batch
+from otel_rollout._api.context import bind_context, run_in_executor
+from otel_rollout._api.tracer import (
     Generation,
     Phase,
     RolloutTracer,
@@ -32,7 +25,18 @@ from otel_rollout._tracer import (
     phase,
     trajectory,
 )
+from otel_rollout._export.console import ConsoleTreeExporter
+from otel_rollout._export.guarded import ExportStats, guarded_batch_processor
+from otel_rollout._processing.breakdown_processor import BreakdownProcessor
+from otel_rollout._processing.genai_metrics import GenAIMetricsProcessor
+from otel_rollout._processing.loopstall import configure_loop_stalls
+from otel_rollout._processing.sampling import RecordingRatioSampler
+from otel_rollout._processing.tailkeep import TailKeepProcessor
+from otel_rollout._settings.table import Settings
+from otel_rollout._setup.config import ConfigError, Rollout, configure
+from otel_rollout._setup.rollout import get_rollout
 from otel_rollout._version import __version__
+from otel_rollout.attributes import ALL_BANDS, BANDS
 
 __all__ = [
     "ALL_BANDS",

@@ -64,7 +64,7 @@ def _parse_time(value: str) -> int:
 
 def _parse_band(item: str) -> tuple[str, str]:
     """``PHASE=BAND``: a phase name mapped to one of the five bands."""
-    from otel_rollout._attributes import ALL_BANDS
+    from otel_rollout.attributes import ALL_BANDS
 
     phase, sep, band = item.partition("=")
     if not sep or not phase.strip():
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _example(args: argparse.Namespace) -> int:
-    from otel_rollout._example import run_example
+    from otel_rollout.demo._example import run_example
 
     run_example(args.trajectories)
     return 0

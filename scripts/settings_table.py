@@ -1,5 +1,5 @@
 """Regenerate the settings table of README.md and docs/configure.md from the settings table
-in ``otel_rollout/_settings.py`` (``--check``: exit 1 if a file is out of date)."""
+in ``otel_rollout/_settings/table.py`` (``--check``: exit 1 if a file is out of date)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from otel_rollout._settings import replace_table  # noqa: E402
+from otel_rollout._settings.table import replace_table  # noqa: E402
 
 FILES = ("README.md", "docs/configure.md")
 

@@ -25,7 +25,7 @@ if [ "${1:-}" = "--print" ]; then
 fi
 if ! command -v go >/dev/null 2>&1; then
   echo "note: no Go toolchain here, so the Collector, Jaeger and Prometheus 3 were not built" \
-    "and tests/test_backends*.py will skip. Install Go >= 1.26 (https://go.dev/dl/) and run" \
+    "and tests/system/test_backends*.py will skip. Install Go >= 1.26 (https://go.dev/dl/) and run" \
     "deploy/backends/build.sh." >&2
   exit 0
 fi

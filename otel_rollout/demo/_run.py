@@ -16,13 +16,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from otel_rollout._batch_figures import BatchAnalysis
-from otel_rollout._breakdown import Breakdown
-from otel_rollout._config import configure
-from otel_rollout._context import run_in_executor
-from otel_rollout._summary import BreakdownCollector
-from otel_rollout._tracer import RolloutTracer
-from otel_rollout._waits import engine_timings
+from otel_rollout._accounting.batch_figures import BatchAnalysis
+from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._accounting.summary import BreakdownCollector
+from otel_rollout._accounting.waits import engine_timings
+from otel_rollout._api.context import run_in_executor
+from otel_rollout._api.tracer import RolloutTracer
+from otel_rollout._setup.config import configure
 
 ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 SERVICE = "otel-rollout-demo"

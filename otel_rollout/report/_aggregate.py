@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from otel_rollout._breakdown import Breakdown, PhaseInterval
-from otel_rollout._reward import RewardColumns, reward_keys
-from otel_rollout._summary import SUMMARY_FIELDS, WAIT_FIELDS, summarize_columns
+from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
+from otel_rollout._accounting.reward import RewardColumns, reward_keys
+from otel_rollout._accounting.summary import SUMMARY_FIELDS, WAIT_FIELDS, summarize_columns
 from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
 

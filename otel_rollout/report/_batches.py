@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_rollout import _attributes as A
-from otel_rollout._batch_accumulator import BatchAccumulator
-from otel_rollout._batch_figures import BatchAnalysis
-from otel_rollout._breakdown import Breakdown
+from otel_rollout import attributes as A
+from otel_rollout._accounting.batch_accumulator import BatchAccumulator
+from otel_rollout._accounting.batch_figures import BatchAnalysis
+from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout.report._model import BatchSpan, RawSpan
 
 #: Batch spans remembered by a read; trajectories kept for batch analysis across batches.

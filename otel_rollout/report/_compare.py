@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_rollout._summary import SUMMARY_FIELDS
+from otel_rollout._accounting.summary import SUMMARY_FIELDS
 from otel_rollout.report._aggregate import ReportData
 
 #: Bootstrap resamples and seed: the interval is the same on every run of the report.

@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from otel_rollout import _attributes as A
+from otel_rollout import attributes as A
 from otel_rollout.report._model import RawSpan, TraceReadError
 
 _HEX = re.compile(r"[0-9a-fA-F]+")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_rollout._reward import analyses_dict
+from otel_rollout._accounting.reward import analyses_dict
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._batches import LOSS_BATCH_FULL, batch_dict
 from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult

@@ -7,7 +7,7 @@ from typing import Any
 
 from opentelemetry.trace import StatusCode
 
-from otel_rollout._breakdown import Breakdown, PhaseInterval
+from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 
 
 class TraceReadError(ValueError):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otel_rollout import _attributes as A
+from otel_rollout import attributes as A
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._tables import HEADERS, table_rows
 

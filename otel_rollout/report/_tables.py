@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_rollout._summary import SKYRL_KEY_NAMES, summarize_columns
+from otel_rollout._accounting.summary import SKYRL_KEY_NAMES, summarize_columns
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._model import ReadResult
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from otel_rollout import _attributes as A
-from otel_rollout._batch_figures import BatchAnalysis
-from otel_rollout._breakdown import Breakdown
+from otel_rollout import attributes as A
+from otel_rollout._accounting.batch_figures import BatchAnalysis
+from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout.report._batches import BatchView, tail_spent_on
 
 #: Jaeger's UI in the compose stack; ``--jaeger-url`` or ``OTEL_ROLLOUT_JAEGER_URL`` move it.

@@ -21,11 +21,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
-from otel_rollout import _attributes as A
-from otel_rollout._breakdown import Breakdown
-from otel_rollout._processor import BreakdownProcessor
-from otel_rollout._summary import BreakdownCollector
-from otel_rollout._tracer import Clock, RolloutTracer
+from otel_rollout import attributes as A
+from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._accounting.summary import BreakdownCollector
+from otel_rollout._api.tracer import Clock, RolloutTracer
+from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout.testing._clock import DeterministicIds, ManualClock
 
 __all__ = [
@@ -178,6 +178,6 @@ if pytest is not None:
             env.shutdown()
 
     def pytest_configure(config: Any) -> None:
-        from otel_rollout._errors import set_raise_internal_errors
+        from otel_rollout._base.errors import set_raise_internal_errors
 
         set_raise_internal_errors(True)

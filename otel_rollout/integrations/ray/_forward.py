@@ -1,6 +1,6 @@
 """``runtime_env()``: the setup hook and every telemetry setting, forwarded to workers.
 
-The variables come from the settings table (:mod:`otel_rollout._settings`), so a setting
+The variables come from the settings table (:mod:`otel_rollout._settings.table`), so a setting
 added there reaches Ray workers with nothing to change here.
 """
 
@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from otel_rollout._rollout import get_rollout
-from otel_rollout._settings import BY_NAME, SETTINGS, forwarded_variables, variable_for
+from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
+from otel_rollout._setup.rollout import get_rollout
 
 #: The string form of the setup hook, for ``runtime_env["worker_process_setup_hook"]``.
 SETUP_HOOK = "otel_rollout.integrations.ray.setup_worker"

@@ -12,7 +12,12 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from otel_rollout._batch_span import attach_batch, batch_carrier, batch_from_carrier, detach_batch
+from otel_rollout._api.batch_span import (
+    attach_batch,
+    batch_carrier,
+    batch_from_carrier,
+    detach_batch,
+)
 
 #: The keyword argument :func:`~otel_rollout.integrations.ray.traced` adds to a remote
 #: function or actor method.

@@ -8,9 +8,9 @@ import os
 import threading
 from typing import Any
 
-from otel_rollout._breakdown import Breakdown
-from otel_rollout._resource import ray_attributes
-from otel_rollout._rollout import Rollout, get_rollout
+from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._setup.resource import ray_attributes
+from otel_rollout._setup.rollout import Rollout, get_rollout
 from otel_rollout.integrations.ray._forward import NEXT_HOOK_ENV, SETUP_HOOK
 
 _log = logging.getLogger("otel_rollout.ray")
@@ -32,7 +32,7 @@ def setup_worker() -> None:
     with _setup_lock:
         if _rollout is None:
             try:
-                from otel_rollout._config import configure
+                from otel_rollout._setup.config import configure
 
                 handle = get_rollout()
                 if handle is None:

@@ -8,8 +8,8 @@ import contextlib
 import inspect
 from typing import Any
 
-from otel_rollout import _attributes as A
-from otel_rollout._errors import internal_error
+from otel_rollout import attributes as A
+from otel_rollout._base.errors import internal_error
 
 
 def trajectory_kwargs(args: tuple, kwargs: dict, sig: inspect.Signature | None) -> dict:

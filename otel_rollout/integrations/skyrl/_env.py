@@ -14,10 +14,10 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_rollout import _attributes as A
-from otel_rollout._context import QueuedCall
-from otel_rollout._errors import internal_error
-from otel_rollout._tracer import Phase
+from otel_rollout import attributes as A
+from otel_rollout._api.context import QueuedCall
+from otel_rollout._api.tracer import Phase
+from otel_rollout._base.errors import internal_error
 from otel_rollout.integrations.skyrl._state import STATE, State
 
 _MARK = "_otel_rollout_wrapped"  # on an env whose methods are wrapped

@@ -12,8 +12,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_rollout._batch_span import attach_batch, detach_batch, step_span_batch
-from otel_rollout._tracer import RolloutTracer
+from otel_rollout._api.batch_span import attach_batch, detach_batch, step_span_batch
+from otel_rollout._api.tracer import RolloutTracer
 from otel_rollout.integrations import require
 from otel_rollout.integrations.skyrl._calls import model_of, trajectory_kwargs
 from otel_rollout.integrations.skyrl._client import post_wrapper, wrap_client

@@ -8,7 +8,7 @@ import contextlib
 import contextvars
 from dataclasses import dataclass, field
 
-from otel_rollout._tracer import Phase, Trajectory
+from otel_rollout._api.tracer import Phase, Trajectory
 
 #: The state of the ``agent_loop`` call this context runs in; None outside one.
 STATE: contextvars.ContextVar[State | None] = contextvars.ContextVar(

@@ -35,7 +35,7 @@ from otel_rollout.integrations import require
 
 require("opentelemetry.instrumentation.instrumentor", "vllm")
 
-from otel_rollout import _attributes as _A  # noqa: E402
+from otel_rollout import attributes as _A  # noqa: E402
 from otel_rollout.integrations.vllm._headers import W3C_HEADERS as W3C_HEADERS  # noqa: E402
 from otel_rollout.integrations.vllm._headers import trace_headers  # noqa: E402
 from otel_rollout.integrations.vllm._instrumentor import (  # noqa: E402
@@ -69,7 +69,7 @@ __all__ = [
     "wrap_generate",
 ]
 
-# Attribute keys, kept importable from here (they live in otel_rollout._attributes).
+# Attribute keys, kept importable from here (they live in otel_rollout.attributes).
 VLLM_REQUEST_ID = _A.VLLM_REQUEST_ID
 VLLM_REQUEST_N = _A.VLLM_REQUEST_N
 VLLM_TIME_IN_QUEUE = _A.VLLM_TIME_IN_QUEUE

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from otel_rollout import _attributes as A
-from otel_rollout import _semconv
-from otel_rollout._tracer import Generation
-from otel_rollout._waits import engine_timings
+from otel_rollout import attributes as A
+from otel_rollout._accounting.waits import engine_timings
+from otel_rollout._api.tracer import Generation
+from otel_rollout._base import semconv as _semconv
 
 __all__ = ["OPERATION", "SYSTEM", "Usage", "engine_timings", "is_delta", "model_of",
            "request_attributes"]  # fmt: skip

@@ -10,8 +10,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import ProxyTracer
 
-from otel_rollout import _attributes as A
-from otel_rollout._errors import forget_warnings, internal_error, warn_once, warned
+from otel_rollout import attributes as A
+from otel_rollout._base.errors import forget_warnings, internal_error, warn_once, warned
 
 logger = logging.getLogger("otel_rollout.integrations.vllm")
 

@@ -20,10 +20,10 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 
-from otel_rollout import _attributes as A
-from otel_rollout import _semconv
-from otel_rollout._errors import internal_error
-from otel_rollout._tracer import Generation, Trajectory, _capture_content, current_trajectory
+from otel_rollout import attributes as A
+from otel_rollout._api.tracer import Generation, Trajectory, _capture_content, current_trajectory
+from otel_rollout._base import semconv as _semconv
+from otel_rollout._base.errors import internal_error
 from otel_rollout._version import __version__
 from otel_rollout.integrations.vllm._headers import (
     merge_headers,

@@ -1,0 +1,117 @@
+"""Breakdowns from a span tree (a trace file, a backend, the console exporter's buffer):
+:class:`SpanRecord`, the little of a span the accounting needs; the outermost phases
+below a root; and the breakdown of the trajectory rooted there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from otel_rollout import attributes as A
+from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
+from otel_rollout._accounting.compute import root_breakdown
+
+_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+
+
+class SpanRecord(NamedTuple):
+    """The little of a span the breakdown needs, from a live span or a trace file."""
+
+    span_id: int
+    parent_id: int | None
+    start_ns: int
+    end_ns: int | None
+    phase: str | None
+
+    @classmethod
+    def from_span(cls, span: Any) -> SpanRecord:
+        """The record of an SDK ``ReadableSpan``, or of a span read back from a trace
+        (anything with ``span_id``, ``parent_id``, ``start_ns``, ``end_ns``, ``attributes``)."""
+        attrs = span.attributes or _NO_ATTRS
+        phase = attrs.get(A.PHASE)
+        phase = str(phase) if phase is not None else None
+        context = getattr(span, "context", None)
+        if context is None:  # read back from a file or a backend
+            return cls(span.span_id, span.parent_id, span.start_ns, span.end_ns, phase)
+        parent = span.parent
+        return cls(
+            context.span_id,
+            parent.span_id if parent is not None else None,
+            span.start_time or 0,
+            span.end_time,
+            phase,
+        )
+
+
+def breakdown_from_tree(
+    root: SpanRecord,
+    spans: Sequence[SpanRecord],
+    attributes: Mapping[str, Any],
+    *,
+    error: bool = False,
+    trace_id: str = "",
+    bands: Mapping[str, str] | None = None,
+    engine: Sequence[int] | None = None,
+) -> tuple[Breakdown, list[PhaseInterval]]:
+    """The breakdown of the trajectory rooted at ``root`` from the spans of its trace, and
+    the outermost phases it was computed from (a span tree: a trace file, a backend, the
+    console exporter's buffer). Phases still open are clipped at the root's end."""
+    end = root.end_ns if root.end_ns is not None else root.start_ns
+    phases = outermost_phases(root.span_id, spans, end_open_at=end)
+    bd = root_breakdown(
+        root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands,
+        engine=engine,
+    )  # fmt: skip
+    return bd, phases
+
+
+def outermost_phases(
+    root_span_id: int, spans: Sequence[SpanRecord], *, end_open_at: int | None = None
+) -> list[PhaseInterval]:
+    """The outermost phase spans below a root, from a span tree (a trace file, a backend).
+
+    A phase span is dropped when any ancestor between it and the root is a phase span
+    (outermost phase wins). Spans whose parent chain does not reach the root are not part
+    of the trajectory and are ignored. A span that never ended is clipped at
+    ``end_open_at`` (the root's end) when given, else ignored.
+    """
+    by_id = {s.span_id: s for s in spans}
+    # memo: span id -> (reaches root, has a phase ancestor strictly below the root)
+    memo: dict[int, tuple[bool, bool]] = {root_span_id: (True, False)}
+
+    def resolve(span_id: int) -> tuple[bool, bool]:
+        chain = []
+        cur: int | None = span_id
+        result = (False, False)
+        while cur is not None:
+            if cur in memo:
+                result = memo[cur]
+                break
+            rec = by_id.get(cur)
+            if rec is None:
+                result = (False, False)
+                break
+            chain.append(rec)
+            cur = rec.parent_id
+            if len(chain) > len(by_id):  # a cycle in malformed input
+                result = (False, False)
+                break
+        reaches, under_phase = result
+        for rec in reversed(chain):
+            under_phase = under_phase or rec.phase is not None
+            memo[rec.span_id] = (reaches, under_phase)
+        return memo.get(span_id, result)
+
+    out: list[PhaseInterval] = []
+    for rec in spans:
+        if rec.phase is None or rec.span_id == root_span_id or rec.parent_id is None:
+            continue
+        reaches, nested = resolve(rec.parent_id)
+        if not reaches or nested:
+            continue
+        end = rec.end_ns if rec.end_ns is not None else end_open_at
+        if end is None:
+            continue
+        out.append(PhaseInterval(rec.phase, rec.start_ns, end))
+    return out

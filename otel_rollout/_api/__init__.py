@@ -1,0 +1,3 @@
+"""The tracing API: the tracer, trajectory and phase handles, the phase decorator, batch
+scopes, the executor helpers.
+"""

@@ -1,0 +1,278 @@
+"""The batch span: one per training step, linked from its trajectories' roots.
+
+Inside ``with tracer.batch(step=...)`` every trajectory starts a new trace whose root
+carries a span link to the batch span and the batch id, so a step of thousands of
+trajectories is not one giant trace. The breakdowns of the batch's trajectories reach
+the open batch (the breakdown processor delivers them by batch id), and when the block
+ends the batch analysis is written onto the batch span before it ends.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
+from time import time_ns
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Link, Span
+
+from otel_rollout import attributes as A
+from otel_rollout._accounting.batch_accumulator import BatchAccumulator
+from otel_rollout._accounting.batch_figures import BatchAnalysis
+from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._api.recording import _record_exception
+from otel_rollout._base.errors import internal_error
+
+_CURRENT: ContextVar[Batch | None] = ContextVar("otel_rollout_batch", default=None)
+#: Open batches by id, so a finished trajectory's breakdown reaches its batch.
+_OPEN: dict[str, Batch] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def current_batch() -> Batch | RemoteBatch | None:
+    """The batch whose block the caller is in (or whose carrier a worker attached)."""
+    return _CURRENT.get()
+
+
+#: Carrier key holding the batch: ``<id>;<step>;<nest>;<trace id>;<span id>``.
+CARRIER_KEY = "otel-rollout-batch"
+
+
+class RemoteBatch:
+    """A batch opened in another process (the Ray driver), attached from a carrier:
+    trajectories started under it become roots linked to its batch span."""
+
+    __slots__ = ("batch_id", "links", "nest", "step")
+
+    def __init__(self, batch_id: str, step: int | None, nest: bool, span_context: Any) -> None:
+        self.batch_id = batch_id
+        self.step = step
+        self.nest = nest
+        valid = span_context.is_valid
+        self.links = (Link(span_context, {A.BATCH_ID: batch_id}),) if valid else ()
+
+
+def batch_carrier() -> dict[str, str]:
+    """The current batch as a carrier entry (empty outside a batch)."""
+    batch = _CURRENT.get()
+    if batch is None or not batch.links:
+        return {}
+    ctx = batch.links[0].context
+    step = "" if batch.step is None else str(batch.step)
+    value = f"{batch.batch_id};{step};{int(batch.nest)};{ctx.trace_id:032x};{ctx.span_id:016x}"
+    return {CARRIER_KEY: value}
+
+
+def batch_from_carrier(headers: Mapping[str, str] | None) -> RemoteBatch | None:
+    """The batch a carrier brings, or ``None`` (none, or malformed: then ignored)."""
+    raw = (headers or {}).get(CARRIER_KEY)
+    if not raw:
+        return None
+    try:
+        batch_id, step, nest, trace_id, span_id = raw.rsplit(";", 4)
+        ctx = trace.SpanContext(
+            int(trace_id, 16), int(span_id, 16), is_remote=True,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )  # fmt: skip
+        return RemoteBatch(batch_id, int(step) if step else None, nest == "1", ctx)
+    except ValueError:
+        return None
+
+
+def step_span_batch() -> RemoteBatch | None:
+    """Outside a batch, with a user's span current (a trainer's step span), a batch whose
+    id is that span's id: trajectories started in it become roots linked to the step
+    span instead of its children. ``None`` inside a batch or without a current span."""
+    if _CURRENT.get() is not None:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return RemoteBatch(format(ctx.span_id, "016x"), None, False, ctx)
+
+
+def attach_batch(batch: Batch | RemoteBatch | None) -> Any:
+    """Make ``batch`` current; returns a token for :func:`detach_batch`."""
+    return _CURRENT.set(batch)
+
+
+def detach_batch(token: Any) -> None:
+    _CURRENT.reset(token)
+
+
+def deliver(breakdown: Breakdown) -> bool:
+    """Hand a finished trajectory's breakdown to its open batch; whether one took it."""
+    batch = _OPEN.get(breakdown.batch_id) if breakdown.batch_id is not None else None
+    if batch is None:
+        return False
+    batch._acc.add(breakdown)
+    return True
+
+
+class BatchInstruments:
+    """The batch histograms of one meter provider."""
+
+    def __init__(self, meter_provider: metrics.MeterProvider | None) -> None:
+        from otel_rollout._version import __version__
+
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
+            "otel_rollout", __version__
+        )
+        self.duration = meter.create_histogram(
+            A.METRIC_BATCH_DURATION,
+            unit="s",
+            description="Wall time of a batch: its start to its last trajectory's end.",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+        )
+        self.tail = meter.create_histogram(
+            A.METRIC_BATCH_TAIL_DURATION,
+            unit="s",
+            description="Tail of a batch: its last trajectory's finish minus the median finish.",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+        )
+
+
+class Batch:
+    """A handle on one open batch: its span, id, and (once ended) its analysis."""
+
+    __slots__ = ("_acc", "_links", "analysis", "batch_id", "nest", "span", "step")
+
+    def __init__(self, span: Span, batch_id: str, step: int | None, nest: bool) -> None:
+        self.span = span
+        self.batch_id = batch_id
+        self.step = step
+        #: Whether trajectories nest under the batch span instead of starting linked roots.
+        self.nest = nest
+        self._acc = BatchAccumulator(batch_id, start_ns=getattr(span, "start_time", None))
+        self._links = (Link(span.get_span_context(), {A.BATCH_ID: batch_id}),)
+        #: The batch analysis, set when the block ends.
+        self.analysis: BatchAnalysis | None = None
+
+    @property
+    def trace_id(self) -> str:
+        """The batch span's trace id, 32 hex digits."""
+        return format(self.span.get_span_context().trace_id, "032x")
+
+    @property
+    def context(self) -> otel_context.Context:
+        """A context whose current span is the batch span (to carry to workers)."""
+        return trace.set_span_in_context(self.span)
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        """The span link a trajectory root of this batch carries."""
+        return self._links
+
+    @property
+    def breakdowns(self) -> list[Breakdown]:
+        """Breakdowns of the batch's trajectories received so far."""
+        return self._acc.breakdowns
+
+    @property
+    def dropped(self) -> int:
+        """Trajectories left out of the analysis because the batch held too many."""
+        return self._acc.dropped
+
+    def add(self, breakdowns: Breakdown | Iterable[Breakdown]) -> None:
+        """Add breakdowns finished elsewhere (gathered from Ray workers) to this batch."""
+        if isinstance(breakdowns, Breakdown):
+            breakdowns = (breakdowns,)
+        for b in breakdowns:
+            if b.batch_id in (None, self.batch_id):
+                self._acc.add(b)
+
+    def compute(self) -> BatchAnalysis:
+        """The analysis of the trajectories received so far."""
+        return self._acc.analysis()
+
+    def summary(self, *, prefix: str = "generate/") -> dict[str, float]:
+        """The per-batch tracker keys (:meth:`BatchAnalysis.summary`)."""
+        analysis = self.analysis if self.analysis is not None else self.compute()
+        return analysis.summary(prefix=prefix)
+
+
+def new_batch_id(step: int | None) -> str:
+    suffix = format(random.getrandbits(32), "08x")
+    return f"{step}-{suffix}" if step is not None else suffix
+
+
+class BatchScope:
+    """Context manager (sync and async) for one batch span."""
+
+    __slots__ = (
+        "_attrs", "_batch", "_clock", "_instruments", "_nest", "_step", "_token", "_tracer",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        instruments: Any,
+        step: int | None,
+        batch_id: str,
+        attributes: Mapping[str, Any],
+        nest: bool,
+        clock: Callable[[], int] = time_ns,
+    ) -> None:
+        self._tracer = tracer
+        self._clock = clock
+        self._instruments = instruments
+        self._step = step
+        self._nest = nest
+        attrs: dict[str, Any] = {A.BATCH_ID: batch_id}
+        if step is not None:
+            attrs[A.STEP] = step
+        attrs.update((k, v) for k, v in attributes.items() if v is not None)
+        self._attrs = attrs
+        self._batch: Batch | None = None
+
+    def __enter__(self) -> Batch:
+        span = self._tracer.start_span(
+            A.SPAN_BATCH, attributes=self._attrs, start_time=self._clock()
+        )
+        batch = Batch(span, self._attrs[A.BATCH_ID], self._step, self._nest)
+        self._batch = batch
+        with _OPEN_LOCK:
+            _OPEN[batch.batch_id] = batch
+        ctx = trace.set_span_in_context(span)
+        self._token = (otel_context.attach(ctx), _CURRENT.set(batch))
+        return batch
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        batch = self._batch
+        assert batch is not None
+        span = batch.span
+        try:
+            with _OPEN_LOCK:
+                if _OPEN.get(batch.batch_id) is batch:
+                    del _OPEN[batch.batch_id]
+            if exc is not None:  # its message only with content capture on
+                _record_exception(span, exc)
+            analysis = batch.analysis = batch.compute()
+            if analysis.trajectories:
+                span.set_attributes(analysis.as_attributes())
+                if self._instruments is not None:
+                    ctx = trace.set_span_in_context(span)
+                    self._instruments.duration.record(analysis.wall_ns * 1e-9, context=ctx)
+                    self._instruments.tail.record(analysis.tail_ns * 1e-9, context=ctx)
+            span.end(end_time=self._clock())
+        except Exception as err:
+            internal_error("batch end", err)
+            if span.is_recording():
+                span.end()
+        finally:
+            token, var_token = self._token
+            try:
+                _CURRENT.reset(var_token)
+                otel_context.detach(token)
+            except Exception as err:
+                internal_error("batch detach", err)
+
+    async def __aenter__(self) -> Batch:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)

@@ -1,0 +1,174 @@
+"""Carrying the trajectory's context into thread pools, and timing the wait for a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from otel_rollout import attributes as A
+from otel_rollout._api.phase_handles import Phase
+from otel_rollout._api.phase_scope import _PhaseScope, current_trajectory
+from otel_rollout._api.trajectory import Trajectory
+from otel_rollout._base.errors import internal_error
+
+T = TypeVar("T")
+
+
+def bind_context(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable[[], T]:
+    """``fn(*args, **kwargs)`` as a no-argument callable that runs in the caller's context.
+
+    ``loop.run_in_executor`` and ``Executor.submit`` do not copy contextvars, so spans
+    opened in the worker thread would start new traces; bind first.
+    """
+    ctx = contextvars.copy_context()
+    return functools.partial(ctx.run, fn, *args, **kwargs)
+
+
+class QueuedCall:
+    """One call handed to an executor from a trajectory: the wait and the work, as spans.
+
+    Made on the event loop when the call is submitted (``t0``). :meth:`run` is what the
+    executor runs: when it starts on another thread (``t1``), ``[t0, t1]`` becomes an
+    ``env_queue`` span and the work phase (``open_work``) starts at ``t1``; run on the
+    loop's own thread (no executor), there is no wait and the work starts at ``t0``.
+    :meth:`finish`, on the loop once the result is back (``t2``), ends the work phase
+    there, so ``[t0, t2]`` is what a timer around the ``await`` measures. A phase already
+    open (``before``: an env made before its init) ends at ``t0`` if the call waits, and
+    is the work phase if it does not. ``end(phase, t2)``, if given, ends the work phase
+    instead of ``phase.end(t2)`` (to end it later, at that time).
+    """
+
+    __slots__ = (
+        "_before", "_clock", "_done", "_end", "_failed", "_lock", "_loop_thread",
+        "_open_work", "_started", "_t0", "_traj", "_work",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        traj: Trajectory,
+        open_work: Callable[[], _PhaseScope] | None = None,
+        *,
+        before: Phase | None = None,
+        end: Callable[[Phase, int], None] | None = None,
+    ) -> None:
+        self._t0 = traj._clock()
+        self._traj = traj
+        self._open_work = open_work
+        self._before = before
+        self._clock = traj._clock  # the tracer's clock, as every span's
+        self._lock = threading.Lock()
+        self._loop_thread = threading.get_ident()
+        self._started = self._done = self._failed = False
+        self._work: Phase | None = None
+        self._end = end
+
+    def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Call ``fn`` with the work phase current; the executor calls this."""
+        t1 = self._clock()
+        work = None
+        try:
+            with self._lock:
+                if not self._done:  # else the caller stopped waiting: no spans
+                    self._started = True
+                    work = self._begin(t1, threading.get_ident() == self._loop_thread)
+        except Exception as exc:  # telemetry never stops the env call
+            internal_error("env_queue start", exc)
+        if work is None:
+            return fn(*args, **kwargs)
+        token = otel_context.attach(trace.set_span_in_context(work.span))
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as exc:
+            self._failed = True
+            work.record_error(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+
+    def _begin(self, t1: int, inline: bool) -> Phase | None:
+        t0, before = self._t0, self._before
+        if inline:
+            self._work = before if before is not None else self._start_work(t0)
+            return self._work
+        if before is not None:
+            before.end(t0)
+        self._traj.env_queue().start(start_time=t0).end(t1)
+        self._work = self._start_work(t1)
+        return self._work
+
+    def _start_work(self, start: int) -> Phase | None:
+        return None if self._open_work is None else self._open_work().start(start_time=start)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """On the loop, once the call's result (or ``exc``) is back: end what is open."""
+        t2 = self._clock()
+        try:
+            with self._lock:
+                self._done = True
+                started, work = self._started, self._work
+            if not started:  # never ran (cancelled while waiting, or refused): all wait
+                if self._before is not None:
+                    self._before.end(self._t0)
+                queue = self._traj.env_queue().start(start_time=self._t0)
+                if exc is not None:
+                    queue.record_error(exc)
+                queue.end(t2)
+            elif work is not None:
+                if exc is not None and not self._failed:
+                    work.record_error(exc)
+                if self._end is not None:
+                    self._end(work, t2)
+                else:
+                    work.end(t2)
+        except Exception as err:
+            internal_error("env_queue finish", err)
+
+
+def _opener(traj: Trajectory, phase: str) -> Callable[[], _PhaseScope]:
+    if not phase or not isinstance(phase, str):
+        raise ValueError(f"phase must be a non-empty string, got {phase!r}")
+    known = {
+        A.PHASE_ENV: traj.env_step,
+        A.PHASE_ENV_SETUP: traj.env_setup,
+        A.PHASE_ENV_TEARDOWN: traj.env_teardown,
+        A.PHASE_LLM: traj.generate,
+    }
+    return known.get(phase) or functools.partial(traj.phase, phase)
+
+
+async def run_in_executor(
+    executor: Executor | None,
+    fn: Callable[..., T],
+    /,
+    *args: Any,
+    phase: str | None = None,
+) -> T:
+    """``loop.run_in_executor(executor, fn, *args)`` that keeps the trajectory's context.
+
+    Inside a trajectory, the wait from submitting ``fn`` until a thread starts it is an
+    ``env_queue`` phase span (it counts in ``env`` unless ``bands`` says otherwise).
+    ``phase`` (``"env"``, ``"env_setup"``, ``"env_teardown"`` or a name of your own)
+    makes the call a phase span of its own: it starts where the wait ends and ends when
+    the result is back on the loop, so the wait counts in that phase's band, and wait
+    plus work is what a timer around this ``await`` measures.
+    """
+    loop = asyncio.get_running_loop()
+    traj = current_trajectory()
+    if traj is None:
+        return await loop.run_in_executor(executor, bind_context(fn, *args))
+    call = QueuedCall(traj, None if phase is None else _opener(traj, phase))
+    try:
+        result = await loop.run_in_executor(executor, bind_context(call.run, fn, *args))
+    except BaseException as exc:
+        call.finish(exc)
+        raise
+    call.finish()
+    return result

@@ -1,0 +1,155 @@
+"""Phase scopes: a trajectory's phase span opened in the right context (the root's when
+the caller lost it) and ended by the context that entered it; the current trajectory."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+
+from otel_rollout import attributes as A
+from otel_rollout._api.phase_handles import Phase
+from otel_rollout._api.recording import _record_exception
+from otel_rollout._base.errors import internal_error
+from otel_rollout._processing import loopstall as _loopstall
+
+if TYPE_CHECKING:
+    from otel_rollout._api.trajectory import Trajectory
+
+_CURRENT: ContextVar[Trajectory | None] = ContextVar("otel_rollout_trajectory", default=None)
+
+
+def _detach(token: object) -> None:
+    """Detach an OpenTelemetry context token; a no-op where the exit runs in another
+    context than the entry (an async generator closed by the event loop in a task of
+    its own), which the API would log as an error."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if runtime is None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+        return
+    try:  # noqa: SIM105 (contextlib.suppress costs more, and this runs for every span)
+        runtime.detach(token)
+    except (ValueError, RuntimeError):
+        pass
+
+
+def current_trajectory() -> Trajectory | None:
+    """The trajectory whose block the caller is in, or ``None`` (never an ended one)."""
+    traj = _CURRENT.get()
+    return None if traj is None or traj._ended else traj
+
+
+#: Which per-trajectory counter numbers a phase's ``rollout.turn``.
+_NO_COUNT, _COUNT_TURN, _COUNT_STEP = 0, 1, 2
+
+
+class _PhaseScope:
+    """Context manager (sync and async) for one phase span of a trajectory.
+
+    It may be entered again, in a loop or by concurrent tasks: each entry opens its own
+    span, and each exit ends the span that the exiting context entered.
+    """
+
+    __slots__ = ("_attrs", "_count", "_handle", "_kind", "_name", "_open", "_traj")
+
+    def __init__(
+        self,
+        traj: Trajectory,
+        name: str,
+        attrs: dict[str, Any],
+        handle: type[Phase],
+        kind: SpanKind = SpanKind.INTERNAL,
+        count: int = _NO_COUNT,
+    ) -> None:
+        self._traj = traj
+        self._name = name
+        self._attrs = attrs
+        self._handle = handle
+        self._kind = kind
+        self._count = count
+        self._open: list[tuple[Phase, object]] = []
+
+    def _start(self, context: otel_context.Context | None, start_time: int | None = None) -> Span:
+        traj = self._traj
+        if self._count == _COUNT_TURN:
+            self._attrs[A.TURN] = traj._turns
+            traj._turns += 1
+        elif self._count == _COUNT_STEP:
+            self._attrs[A.TURN] = traj._env_steps
+            traj._env_steps += 1
+        span = traj._tracer.start_span(
+            self._name, context=context, kind=self._kind, attributes=self._attrs,
+            start_time=traj._clock() if start_time is None else start_time,
+        )  # fmt: skip
+        if traj._restore is not None:  # the sampler dropped the attributes
+            traj._restore(span, self._attrs)
+        return span
+
+    def __enter__(self) -> Any:
+        traj = self._traj
+        # Outside this trajectory's context (an executor thread that lost the context),
+        # parent explicitly to the root so the span still belongs to the trajectory.
+        ctx = None if _CURRENT.get() is traj else traj._ctx
+        span = self._start(ctx)
+        try:
+            handle = self._handle(span, self._traj._clock)
+            token = otel_context.attach(trace.set_span_in_context(span, ctx))
+            self._open.append((handle, token))
+        except BaseException:
+            span.end()
+            raise
+        return handle
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        entry = self._pop()
+        if entry is None:
+            return
+        handle, token = entry
+        span = handle.span
+        try:
+            if exc is not None:
+                _record_exception(span, exc)
+        except Exception as err:
+            internal_error("phase end", err)
+        finally:
+            try:
+                if _loopstall.ACTIVE:
+                    _loopstall.phase_ending(span)
+                span.end(end_time=handle._clock())
+            finally:
+                _detach(token)
+
+    def _pop(self) -> tuple[Phase, object] | None:
+        """The entry this context opened: its span is the current one (concurrent tasks)."""
+        opened = self._open
+        if not opened:
+            return None
+        if len(opened) > 1:
+            current = trace.get_current_span()
+            for i in range(len(opened) - 1, -1, -1):
+                if opened[i][0].span is current:
+                    return opened.pop(i)
+        return opened.pop()
+
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def start(
+        self, context: otel_context.Context | None = None, start_time: int | None = None
+    ) -> Any:
+        """Start the phase without making it current; end it with the handle's ``end()``.
+
+        For calls that outlive a ``with`` block or end in another thread (a stream, an
+        env made here and initialised in an executor). The parent is ``context`` if
+        given, else the trajectory's root; ``start_time`` (nanoseconds since the epoch)
+        is now if not given.
+        """
+        traj = self._traj
+        ctx = context if context is not None else traj._ctx
+        return self._handle(self._start(ctx, start_time), traj._clock)

@@ -1,0 +1,224 @@
+"""The handle on a trajectory in flight: phase scopes opened from it (with their GenAI
+attributes), rewards, status and attributes on its root. It never raises into the loop.
+
+What users plausibly pass (``None``, strings, lists for n > 1 samples, NaN) is converted
+(:mod:`otel_rollout._base.coerce`); what is not meaningful is dropped with a warning logged
+once per kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from time import time_ns
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+from opentelemetry.util.types import AttributeValue
+
+from otel_rollout import attributes as A
+from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._api.phase_handles import _GENAI_SHORT, Generation, Phase
+from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _PhaseScope
+from otel_rollout._api.recording import _evaluation
+from otel_rollout._base import coerce as C
+from otel_rollout._base import semconv as _semconv
+from otel_rollout._base.errors import internal_error
+
+_COUNTS = frozenset(
+    (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_REQUEST_MAX_TOKENS)
+)
+#: Short keyword names accepted by ``env_step(**attributes)``.
+_TOOL_SHORT = {"tool": A.GEN_AI_TOOL_NAME, "tool_call_id": A.GEN_AI_TOOL_CALL_ID}
+
+
+class Trajectory:
+    """A handle on one trajectory in flight: open phase spans from it."""
+
+    __slots__ = (
+        "_clock",
+        "_ctx",
+        "_dup",
+        "_ended",
+        "_env_steps",
+        "_latest",
+        "_restore",
+        "_tracer",
+        "_turns",
+        "agent",
+        "breakdown",
+        "env_class",
+        "model",
+        "span",
+        "status",
+        "trajectory_id",
+    )
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        span: Span,
+        trajectory_id: str,
+        env_class: Any,
+        model: Any,
+        agent: Any = None,
+        mode: _semconv.Mode | None = None,
+        clock: Callable[[], int] = time_ns,
+    ) -> None:
+        self._tracer = tracer
+        self._clock = clock
+        #: Set by the tracer when a sampler dropped the root's attributes: restores a
+        #: phase's attributes after it starts.
+        self._restore: Callable[[Span, Mapping[str, Any]], None] | None = None
+        self.span = span
+        self._ctx = trace.set_span_in_context(span)
+        self.trajectory_id = trajectory_id
+        self.env_class = env_class
+        self.model = model
+        #: ``gen_ai.agent.name``: the configured agent name, else the env class.
+        self.agent = agent if agent is not None else env_class
+        self.status: str | None = None
+        #: The breakdown, set when the trajectory ends (if a BreakdownProcessor tracks it).
+        self.breakdown: Breakdown | None = None
+        self._turns = 0
+        self._env_steps = 0
+        self._ended = False
+        mode = mode or _semconv.mode()
+        self._latest = mode.latest_names
+        self._dup = mode.dup
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The OpenTelemetry tracer this trajectory's spans are made with."""
+        return self._tracer
+
+    @property
+    def trace_id(self) -> str:
+        """The trajectory's trace id, 32 hex digits (as Jaeger and Tempo show it)."""
+        return format(self.span.get_span_context().trace_id, "032x")
+
+    @property
+    def context(self) -> otel_context.Context:
+        """A context whose current span is the root: for work that runs elsewhere."""
+        return self._ctx
+
+    def env_setup(self, **attributes: Any) -> _PhaseScope:
+        """Environment construction and ``init``."""
+        return self._scope(A.SPAN_ENV_SETUP, A.PHASE_ENV_SETUP, attributes, Phase)
+
+    def generate(self, **attributes: Any) -> _PhaseScope:
+        """One ``generate()`` call to the inference engine; yields a :class:`Generation`.
+
+        A CLIENT span with the GenAI inference attributes (``gen_ai.operation.name``
+        ``chat`` unless ``operation="text_completion"``, ``gen_ai.request.model``,
+        ``gen_ai.provider.name`` from ``provider=``, request parameters by short name).
+        """
+        attrs: dict[str, Any] = {
+            A.PHASE: A.PHASE_LLM,
+            A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
+            A.GEN_AI_CONVERSATION_ID: self.trajectory_id,
+        }
+        if self.model is not None:
+            attrs[A.GEN_AI_REQUEST_MODEL] = self.model
+        for key, value in attributes.items():
+            key = _GENAI_SHORT.get(key, key)
+            if key == A.GEN_AI_SYSTEM:
+                key = A.GEN_AI_PROVIDER_NAME
+            value = C.to_count(value, key) if key in _COUNTS else C.to_attribute(value)
+            if value is not None:
+                attrs[key] = value
+        if self._dup and A.GEN_AI_PROVIDER_NAME in attrs:
+            attrs[A.GEN_AI_SYSTEM] = attrs[A.GEN_AI_PROVIDER_NAME]
+        name = A.SPAN_GENERATE
+        if self._latest:
+            name = _semconv.inference_span_name(
+                attrs[A.GEN_AI_OPERATION_NAME], attrs.get(A.GEN_AI_REQUEST_MODEL)
+            )
+        return _PhaseScope(self, name, attrs, Generation, SpanKind.CLIENT, _COUNT_TURN)
+
+    def env_step(self, **attributes: Any) -> _PhaseScope:
+        """One ``env.step()`` call: a tool execution (``gen_ai.tool.name`` from ``tool=``,
+        else the env class; ``gen_ai.tool.call.id`` from ``tool_call_id=``)."""
+        attrs: dict[str, Any] = {
+            A.PHASE: A.PHASE_ENV,
+            A.GEN_AI_OPERATION_NAME: A.OP_EXECUTE_TOOL,
+            A.GEN_AI_TOOL_NAME: str(self.env_class) if self.env_class is not None else "env",
+            A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION,
+            A.GEN_AI_CONVERSATION_ID: self.trajectory_id,
+        }
+        for key, value in attributes.items():
+            value = C.to_attribute(value)
+            if value is not None:
+                attrs[_TOOL_SHORT.get(key, key)] = value
+        name = A.SPAN_ENV_STEP
+        if self._latest:
+            name = _semconv.tool_span_name(attrs[A.GEN_AI_TOOL_NAME])
+        return _PhaseScope(self, name, attrs, Phase, SpanKind.INTERNAL, _COUNT_STEP)
+
+    def env_teardown(self, **attributes: Any) -> _PhaseScope:
+        """Environment ``close()``."""
+        return self._scope(A.SPAN_ENV_TEARDOWN, A.PHASE_ENV_TEARDOWN, attributes, Phase)
+
+    def env_queue(self, **attributes: Any) -> _PhaseScope:
+        """Waiting for an executor thread before an env call (counts in that call's band)."""
+        return self._scope(A.SPAN_ENV_QUEUE, A.PHASE_ENV_QUEUE, attributes, Phase)
+
+    def phase(self, name: str, **attributes: Any) -> _PhaseScope:
+        """A phase of your own (``reward``...): ``other`` unless the processor maps it."""
+        if not name or not isinstance(name, str):
+            raise ValueError(f"phase name must be a non-empty string, got {name!r}")
+        return self._scope(name, name, attributes, Phase)
+
+    def set_reward(
+        self, value: Any, *, name: str = A.REWARD_NAME, label: Any = None, explanation: Any = None
+    ) -> float | None:
+        """Record a reward: the ``rollout.trajectory.reward`` attribute (``rollout.reward.
+        <name>`` for other names) and a ``gen_ai.evaluation.result`` event on the root.
+
+        Call it once per named reward (reward functions, judges). ``"1.0 (correct)"``
+        records 1.0; ``None`` or NaN record nothing. ``explanation`` is kept only when
+        content capture is opted in. Returns the score recorded.
+        """
+        try:
+            return _evaluation(self.span, A.REWARD, value, name, label, explanation)
+        except Exception as exc:
+            internal_error("Trajectory.set_reward", exc)
+            return None
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        value = C.to_attribute(value)
+        if value is not None:
+            self.span.set_attribute(key, value)
+
+    def set_status(self, status: Any) -> None:
+        """Override the final status (``ok``, ``error``, ``cancelled``, ``timeout``...).
+
+        Metric attributes get a bounded value (:data:`~otel_rollout.attributes.STATUSES`:
+        the known status the text starts with, else ``other``); free text stays on the
+        root span as ``rollout.trajectory.status_detail``.
+        """
+        try:
+            text = C.to_text(status, "status")
+            if text is None:
+                return
+            bounded = _semconv.bounded_status(text)
+            if bounded != text:
+                self.span.set_attribute(A.STATUS_DETAIL, text)
+            self.status = bounded
+        except Exception as exc:
+            internal_error("Trajectory.set_status", exc)
+
+    def set_policy_version(self, version: int) -> None:
+        """The policy (weights) version generating this trajectory (async trainers)."""
+        self.span.set_attribute(A.POLICY_VERSION, int(version))
+
+    def _scope(
+        self, name: str, phase: str, attributes: dict[str, Any], handle: type[Phase]
+    ) -> _PhaseScope:
+        attrs: dict[str, Any] = {A.PHASE: phase}
+        for key, value in attributes.items():
+            value = C.to_attribute(value)
+            if value is not None:
+                attrs[key] = value
+        return _PhaseScope(self, name, attrs, handle)

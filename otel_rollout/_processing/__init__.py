@@ -1,0 +1,3 @@
+"""Span processors: the breakdown processor, histograms, tail keep, sampling, loop stalls,
+GenAI metrics.
+"""

@@ -1,0 +1,363 @@
+"""Event-loop stalls and who caused them: each callback the asyncio loop runs is timed and
+charged to the trajectory whose context it ran in.
+
+One asyncio loop drives all trajectories, so synchronous work on it (an env step run
+inline, tokenisation, a chat template, reward code) delays every other trajectory whose
+answer has already arrived; that delay shows up in *their* bands (usually ``llm``). Per
+trajectory this module measures:
+
+* ``loop_own``: the time of the loop callbacks that ran in the trajectory's context
+  (from the moment it started to the moment it ended): its own synchronous time on the
+  loop.
+* ``loop_blocked``: the total time of *slow* callbacks (at least the threshold) of other
+  trajectories, or of code outside any trajectory, that ran on the same loop during its
+  lifetime. An upper bound on the delay they caused it: a stall that happened while the
+  trajectory was waiting for something slower (the engine) cost it nothing.
+
+Both overlap the bands and never change them. Each slow callback is also recorded as a
+``rollout.loop.stall`` span event on the culprit's phase (the phase that ended during the
+callback after the longest part of it, else the culprit's current span), and in the
+``rollout.loop.stall.duration`` histogram by culprit phase and env class.
+
+How: ``asyncio.events.Handle._run`` is the one place the default loop (selector and
+proactor, Python 3.11-3.13) runs every callback, task steps included; asyncio's own debug
+mode times the same call to report slow callbacks. It is wrapped once per process, and
+does nothing on threads that run no traced trajectory. Loops with their own handle type
+(uvloop) cannot be timed this way: that is said once, and ``loop_own``/``loop_blocked``
+stay unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from otel_rollout import attributes as A
+from otel_rollout._base.errors import internal_error, warn_once
+from otel_rollout._version import __version__
+
+logger = logging.getLogger("otel_rollout")
+
+#: Default threshold of a slow callback: well under an engine round trip, well above a
+#: task step of the agent loop itself (tens of microseconds).
+DEFAULT_THRESHOLD_S = 0.005
+
+
+class _Config:
+    __slots__ = ("clock", "enabled", "histogram", "meter_provider", "threshold_ns")
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.threshold_ns = int(DEFAULT_THRESHOLD_S * 1e9)
+        self.clock: Callable[[], int] = time.perf_counter_ns
+        self.meter_provider: metrics.MeterProvider | None = None
+        self.histogram: Any = None
+
+
+_CFG = _Config()
+
+
+def _from_env() -> None:
+    """``OTEL_ROLLOUT_LOOP_STALLS`` and ``OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS``, for use
+    without ``configure()`` (which applies the same settings)."""
+    try:
+        from otel_rollout._settings.table import from_environment
+
+        _CFG.enabled = bool(from_environment("loop_stalls"))
+        _CFG.threshold_ns = int(float(from_environment("loop_stall_threshold_ms")) * 1e6)
+    except Exception as err:  # never break an import over a setting
+        internal_error("loop stall settings", err)
+
+
+_from_env()
+
+
+def configure_loop_stalls(
+    enabled: bool | None = None,
+    *,
+    threshold_s: float | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    clock: Callable[[], int] | None = None,
+) -> None:
+    """Turn loop-stall attribution on or off and set its threshold (seconds) and meter
+    provider. Defaults: on, 5 ms, the global meter provider; the environment variables
+    ``OTEL_ROLLOUT_LOOP_STALLS`` and ``OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS`` set the same.
+    ``clock`` (integer nanoseconds, monotonic) is for tests. Applies to trajectories that
+    start afterwards."""
+    if threshold_s is not None:
+        if not isinstance(threshold_s, int | float) or threshold_s < 0:
+            raise ValueError(f"threshold_s must be non-negative seconds, got {threshold_s!r}")
+        _CFG.threshold_ns = int(threshold_s * 1e9)
+    if enabled is not None:
+        _CFG.enabled = bool(enabled)
+    if meter_provider is not None:
+        _CFG.meter_provider = meter_provider
+        _CFG.histogram = None
+    if clock is not None:
+        _CFG.clock = clock
+        for state in list(_STATES):
+            state.clock = clock
+            if state.cb_start is not None:  # switched inside a callback: time it from now
+                state.cb_start = clock()
+
+
+# --- per-thread state and per-trajectory accounts -----------------------------------------
+class _Account:
+    """One trajectory's figures while it runs (nanoseconds of the monitor's clock)."""
+
+    __slots__ = ("env_class", "own", "parent", "root", "slow", "slow_at_start", "stalls", "state")
+
+    def __init__(self, state: _State, root: Any, env_class: Any, parent: _Account | None):
+        self.state = state
+        self.root = root
+        self.env_class = env_class
+        self.parent = parent
+        self.own = 0
+        self.slow = 0  # own time in slow callbacks
+        self.stalls = 0
+        self.slow_at_start = state.slow_total
+
+
+class _State:
+    """The loop thread's figures: the callback running now, and all slow time so far."""
+
+    __slots__ = ("cb_acct", "cb_culprit", "cb_start", "clock", "slow_total")
+
+    def __init__(self) -> None:
+        self.clock = _CFG.clock
+        self.slow_total = 0
+        self.cb_start: int | None = None
+        self.cb_acct: _Account | None = None
+        self.cb_culprit: tuple[int, str, Any] | None = None  # (ns in phase, phase, span)
+
+
+_ACCOUNT: ContextVar[_Account | None] = ContextVar("otel_rollout_loop_account", default=None)
+_tls = threading.local()
+_STATES: list[_State] = []  # for configure_loop_stalls(clock=...) in tests
+_install_lock = threading.Lock()
+#: asyncio's own ``Handle._run``, taken at import (the wrapper always calls this one).
+_RUN: Callable[[Any], None] | None = getattr(getattr(asyncio.events, "Handle", None), "_run", None)
+_installed = False
+#: True once the wrapper is installed: the tracer's phase hook checks it first.
+ACTIVE = False
+
+
+def _timed_run(handle: Any) -> None:
+    state: _State | None = getattr(_tls, "state", None)
+    if state is None:  # no trajectory has run on this thread yet
+        try:
+            _RUN(handle)  # type: ignore[misc]
+        finally:
+            state = getattr(_tls, "state", None)
+            if state is not None and state.cb_start is not None:  # the first one began
+                _done(state, handle._context)
+        return
+    ctx = handle._context
+    state.cb_acct = ctx.get(_ACCOUNT)
+    state.cb_culprit = None
+    state.cb_start = state.clock()
+    try:
+        _RUN(handle)  # type: ignore[misc]
+    finally:
+        _done(state, ctx)
+
+
+def _done(state: _State, ctx: Any) -> None:
+    """Charge the callback running now, which has just returned."""
+    d = state.clock() - state.cb_start  # type: ignore[operator]
+    state.cb_start = None
+    acct = state.cb_acct
+    if acct is not None:
+        acct.own += d
+    if d >= _CFG.threshold_ns:
+        state.slow_total += d
+        if acct is not None:
+            acct.slow += d
+            acct.stalls += 1
+        try:
+            _stall(state, acct, d, ctx)
+        except Exception as err:
+            internal_error("loop stall", err)
+
+
+def _install() -> bool:
+    """Wrap ``Handle._run`` once; False (said once) where asyncio's shape is unknown."""
+    global _installed, ACTIVE
+    if _installed:
+        return True
+    with _install_lock:
+        if _installed:
+            return True
+        handle_cls = getattr(asyncio.events, "Handle", None)
+        if _RUN is None or "_context" not in getattr(handle_cls, "__slots__", ()):
+            warn_once(
+                "loopstall:asyncio",
+                "otel-rollout: this Python's asyncio has no Handle._run/_context to time; "
+                "loop stalls (loop_own, loop_blocked) are not measured.",
+            )
+            return False
+        handle_cls._run = _timed_run  # type: ignore[union-attr]
+        _installed = ACTIVE = True
+        return True
+
+
+def _uninstall() -> None:
+    """Restore ``Handle._run`` (tests, benchmarks)."""
+    global _installed, ACTIVE
+    with _install_lock:
+        if _installed and asyncio.events.Handle._run is _timed_run:
+            asyncio.events.Handle._run = _RUN  # type: ignore[method-assign,assignment]
+            _installed = ACTIVE = False
+
+
+def prepare() -> None:
+    """Install the callback timer now, if on, so that the first trajectory's first callback
+    is timed too (called when a tracer is made; ``begin`` installs it otherwise)."""
+    if _CFG.enabled:
+        _install()
+
+
+def begin(root: Any, env_class: Any) -> tuple[_Account, Any] | None:
+    """Start the account of a trajectory starting now (called by the trajectory scope);
+    None when not measured (off, no running loop, a loop that cannot be timed)."""
+    if not _CFG.enabled:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    try:
+        if not isinstance(loop, asyncio.BaseEventLoop):
+            warn_once(
+                "loopstall:loop",
+                "otel-rollout: the running event loop (%s) runs callbacks its own way, so "
+                "loop stalls (loop_own, loop_blocked) are not measured; they are with "
+                "asyncio's default loop.",
+                f"{type(loop).__module__}.{type(loop).__qualname__}",
+            )
+            return None
+        if not _install():
+            return None
+        state = getattr(_tls, "state", None)
+        if state is None:  # the first on this thread: time the running callback from now
+            state = _State()
+            acct = _Account(state, root, env_class, None)
+            state.cb_start, state.cb_acct = state.clock(), acct
+            _STATES.append(state)
+            _tls.state = state
+        else:
+            acct = _Account(state, root, env_class, _ACCOUNT.get())
+            if state.cb_start is not None:  # only this callback's part from now on is its
+                acct.own -= state.clock() - state.cb_start
+                state.cb_acct = acct
+        return acct, _ACCOUNT.set(acct)
+    except Exception as err:
+        internal_error("loop stall begin", err)
+        return None
+
+
+def finish(handle: tuple[_Account, Any]) -> dict[str, int]:
+    """End a trajectory's account: its root attributes (``rollout.loop.*``)."""
+    acct, token = handle
+    state = acct.state
+    own, slow, stalls = acct.own, acct.slow, acct.stalls
+    blocked = state.slow_total - acct.slow_at_start - slow
+    if state.cb_start is not None and state.cb_acct is acct:  # the callback running now
+        now = state.clock() - state.cb_start
+        own += now
+        if now >= _CFG.threshold_ns:  # already a stall of its own
+            slow, stalls = slow + now, stalls + 1
+        state.cb_acct = acct.parent
+    with contextlib.suppress(ValueError):  # ended in another context: nothing to restore
+        _ACCOUNT.reset(token)
+    return {
+        A.LOOP_OWN_NS: own,
+        A.LOOP_BLOCKED_NS: max(0, blocked),
+        A.LOOP_STALL_NS: slow,
+        A.LOOP_STALLS: stalls,
+    }
+
+
+# --- stalls: the event and the metric ------------------------------------------------------
+def phase_ending(span: Any) -> None:
+    """Called just before a phase span ends: when the callback running now has spent at
+    least the threshold inside this phase, the phase is the stall's culprit (the span is
+    still open, so the event goes on it)."""
+    state: _State | None = getattr(_tls, "state", None)
+    if state is None or state.cb_start is None or state.cb_acct is None:
+        return
+    try:
+        in_cb = state.clock() - state.cb_start
+        if in_cb < _CFG.threshold_ns:
+            return
+        start = getattr(span, "start_time", None)
+        in_phase = min(in_cb, time.time_ns() - start) if isinstance(start, int) else in_cb
+        if in_phase < _CFG.threshold_ns:
+            return
+        culprit = state.cb_culprit
+        if culprit is None or in_phase > culprit[0]:
+            attrs = getattr(span, "attributes", None) or {}
+            phase = str(attrs.get(A.PHASE, A.CULPRIT_NO_PHASE))
+            state.cb_culprit = (in_phase, phase, span)
+            span.add_event(
+                A.EVENT_LOOP_STALL,
+                {A.LOOP_STALL_DURATION: in_phase * 1e-9, A.LOOP_STALL_CULPRIT: phase},
+            )
+    except Exception as err:
+        internal_error("loop stall phase", err)
+
+
+def _stall(state: _State, acct: _Account | None, d: int, ctx: Any) -> None:
+    culprit = state.cb_culprit
+    state.cb_culprit = None
+    if acct is None:
+        phase = A.CULPRIT_OUTSIDE
+    elif culprit is not None:
+        phase = culprit[1]
+    else:  # no phase ended inside it: the culprit's current span (a phase, or the root)
+        span = ctx.run(trace.get_current_span)
+        attrs = getattr(span, "attributes", None) or {}
+        phase = attrs.get(A.PHASE)
+        if phase is None or not span.is_recording():
+            span, phase = acct.root, A.CULPRIT_NO_PHASE
+        if span is not None and span.is_recording():
+            span.add_event(
+                A.EVENT_LOOP_STALL,
+                {A.LOOP_STALL_DURATION: d * 1e-9, A.LOOP_STALL_CULPRIT: str(phase)},
+            )
+    labels: dict[str, Any] = {A.PHASE: str(phase)}
+    if acct is not None and acct.env_class is not None:
+        labels[A.ENV_CLASS] = acct.env_class
+    _histogram().record(d * 1e-9, labels)
+
+
+def _histogram() -> Any:
+    hist = _CFG.histogram
+    if hist is None:
+        meter = (_CFG.meter_provider or metrics.get_meter_provider()).get_meter(
+            "otel_rollout", __version__
+        )
+        hist = _CFG.histogram = meter.create_histogram(
+            A.METRIC_LOOP_STALL,
+            unit="s",
+            description="Event-loop callbacks above the stall threshold, by culprit phase.",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+        )
+    return hist
+
+
+def _reset_after_fork() -> None:
+    _tls.__dict__.pop("state", None)
+    _STATES.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,470 @@
+"""Every setting of otel-rollout, declared once: :data:`SETTINGS`, resolved by :func:`resolve`.
+
+Each setting resolves from, in order: the ``configure()`` argument, then its variables in
+the order listed (``OTEL_ROLLOUT_*`` first, then the standard ``OTEL_*`` ones), then its
+default. An empty variable counts as unset.
+
+What is fatal and what only warns:
+
+* an explicit argument (``configure(x=...)``, ``ray.runtime_env(x=...)``) with a value
+  the setting does not accept raises :class:`ConfigError`, naming the value and what is
+  accepted: it is in the code, so the code is wrong;
+* a variable with such a value is reported with a warning naming the variable, and the
+  default is used: a typo in a job's environment never stops a training run.
+
+The same table drives ``configure()``, the variables ``integrations.ray.runtime_env()``
+forwards to workers, and the settings table in the README and docs/configure.md.
+
+How to add a setting (say, the trace file's rotation size):
+
+1. Add a :class:`Setting` to :data:`SETTINGS`; its place matters only when its default
+   or ``follows`` reads another setting, which must come before it::
+
+       Setting("trace_file_max_bytes", ("OTEL_ROLLOUT_TRACE_FILE_MAX_BYTES",),
+               Number(1, integer=True, unit="bytes"), 256 * 2**20,
+               "the trace file is rotated beyond this size", default_doc="256 MiB"),
+
+   The kind comes from :mod:`otel_rollout._settings.kinds` (``Choice``, ``Number``,
+   ``Bool``, ``Text``, ``Path``, ``Pairs``; a new one goes there, with ``from_text``,
+   ``from_value``, ``to_text`` and ``accepted``). Variables: an ``OTEL_ROLLOUT_*`` name,
+   then the standard ``OTEL_*`` one where the specification has one. ``argument=False``
+   for a variable-only setting; ``forward=False`` if Ray workers must not inherit the
+   driver's value (a port).
+2. Add a field of the same name and its default to :class:`Settings` (an import-time
+   check fails otherwise). Read it as ``rollout.settings.trace_file_max_bytes`` where the
+   pipeline is built, or with :func:`from_environment` in code that runs without a
+   ``configure()`` (it warns once about a bad variable and gives the default).
+3. For a ``configure()`` argument, add the keyword to ``configure()`` and pass it on to
+   :func:`resolve`; ``tests/setup/test_configure.py`` checks every argument setting is one.
+4. Run ``python scripts/settings_table.py`` to regenerate the table in README.md and
+   docs/configure.md (a test compares them with this table).
+
+Ray workers then inherit the driver's resolved value through the setting's first
+variable; nothing in ``integrations/ray`` changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path as _FsPath
+from typing import Any
+
+from otel_rollout import attributes as A
+from otel_rollout._settings.kinds import (
+    Bool,
+    Choice,
+    Kind,
+    Number,
+    Pairs,
+    Path,
+    SampleRatio,
+    Text,
+)
+
+
+class ConfigError(ValueError):
+    """A setting has a value otel-rollout does not accept."""
+
+
+def _check_band(phase: str, band: Any) -> None:
+    if band not in A.ALL_BANDS:
+        raise ValueError(f"{phase}={band}")
+
+
+# --- The table -----------------------------------------------------------------------------
+
+TRACES_EXPORTERS = ("otlp", "file", "console", "none")
+METRICS_EXPORTERS = ("otlp", "prometheus", "console", "none")
+PROTOCOLS = ("grpc", "http/protobuf")
+DEFAULT_OUTPUT_DIR = "otel-rollout-output"
+_DEFAULT_ENDPOINT = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its name, where it is read from, its default and what it accepts."""
+
+    name: str
+    variables: tuple[str, ...]
+    kind: Kind
+    default: Any  # a value, or a function of the settings resolved before this one
+    doc: str
+    default_doc: str | None = None  # the default as the docs state it
+    argument: bool = True  # a configure() keyword (else a variable only)
+    forward: bool = True  # Ray workers inherit the driver's resolved value
+    #: another setting whose *argument*, when given, decides this one (its default is
+    #: used and its variables are not read): ``protocol=`` beats the per-signal variables
+    follows: str | None = None
+    #: variables an explicit value of this setting replaces when forwarded
+    shadows: tuple[str, ...] = ()
+    #: an argument is merged over the variable's value instead of replacing it
+    merge: bool = False
+
+    @property
+    def variable(self) -> str:
+        """The variable a Ray worker receives this setting in."""
+        return self.variables[0]
+
+    def default_for(self, resolved: Mapping[str, Any]) -> Any:
+        return self.default(resolved) if callable(self.default) else self.default
+
+    def check_argument(self, value: Any) -> Any:
+        """``value`` as an argument: normalised, or a :class:`ConfigError`."""
+        try:
+            return self.kind.from_value(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{self.name}={value!r} is not accepted; expected {self.kind.accepted}"
+            ) from None
+
+
+def _signal_endpoint(signal: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def default(r: Mapping[str, Any]) -> str | None:
+        base = r["endpoint"]
+        if base is None:
+            return None
+        if r[f"{signal}_protocol"] == "http/protobuf":  # the base gets the signal's path
+            return base.rstrip("/") + f"/v1/{signal}"
+        return base
+
+    return default
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("disabled", ("OTEL_ROLLOUT_DISABLED", "OTEL_SDK_DISABLED"), Bool(), False,
+            "a no-op setup with the same API", argument=False),
+    Setting("service_name", ("OTEL_ROLLOUT_SERVICE_NAME", "OTEL_SERVICE_NAME"), Text(),
+            "otel-rollout", "`service.name` of the resource"),
+    Setting("run_id", ("OTEL_ROLLOUT_RUN_ID",), Text(), lambda r: uuid.uuid4().hex[:12],
+            "`rollout.run.id`, shared by every process of a run; used as given in the "
+            "resource, made safe for the trace file's name", default_doc="random, 12 hex digits"),
+    Setting("resource_attributes", ("OTEL_RESOURCE_ATTRIBUTES",),
+            # a callable default is called with the settings resolved so far: not ``dict``
+            Pairs("key=value pairs (a mapping as an argument)"), lambda _resolved: {},
+            "added to (or overriding) the detected resource attributes", default_doc="none",
+            merge=True),
+    Setting("protocol", ("OTEL_EXPORTER_OTLP_PROTOCOL",), Choice(PROTOCOLS), "grpc",
+            "OTLP protocol of both signals",
+            shadows=("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")),
+    Setting("traces_protocol", ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",), Choice(PROTOCOLS),
+            lambda r: r["protocol"], "OTLP protocol of traces", default_doc="`protocol`",
+            argument=False, follows="protocol"),
+    Setting("metrics_protocol", ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",), Choice(PROTOCOLS),
+            lambda r: r["protocol"], "OTLP protocol of metrics", default_doc="`protocol`",
+            argument=False, follows="protocol"),
+    Setting("endpoint", ("OTEL_EXPORTER_OTLP_ENDPOINT",), Text(), None,
+            "OTLP base endpoint of both signals (over HTTP, `/v1/traces` and `/v1/metrics` "
+            "are appended)", default_doc="none", forward=False,
+            shadows=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")),
+    Setting("traces_endpoint", ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",), Text(),
+            _signal_endpoint("traces"), "OTLP traces endpoint, used as given",
+            default_doc="`endpoint`", argument=False, follows="endpoint"),
+    Setting("metrics_endpoint", ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",), Text(),
+            _signal_endpoint("metrics"), "OTLP metrics endpoint, used as given",
+            default_doc="`endpoint`", argument=False, follows="endpoint"),
+    Setting("traces_exporter", ("OTEL_ROLLOUT_TRACES_EXPORTER", "OTEL_TRACES_EXPORTER"),
+            Choice(TRACES_EXPORTERS), lambda r: "otlp" if r["traces_endpoint"] else "file",
+            "where traces go", default_doc="`otlp` with a traces endpoint, else `file`"),
+    Setting("metrics_exporter", ("OTEL_ROLLOUT_METRICS_EXPORTER", "OTEL_METRICS_EXPORTER"),
+            Choice(METRICS_EXPORTERS), lambda r: "otlp" if r["metrics_endpoint"] else "none",
+            "where metrics go", default_doc="`otlp` with a metrics endpoint, else `none`"),
+    Setting("otlp_timeout_ms", ("OTEL_EXPORTER_OTLP_TIMEOUT",),
+            Number(0, low_open=True, integer=True, unit="ms"), 5000,
+            "OTLP export timeout; short, so a dead endpoint cannot hold shutdown",
+            argument=False),
+    Setting("sample_ratio", ("OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_TRACES_SAMPLER"), SampleRatio(),
+            1.0, "share of trajectories exported (`OTEL_TRACES_SAMPLER` with `_ARG` as the "
+            "spec says); every one is still measured"),
+    Setting("tail_keep_slower_than_s", ("OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S",),
+            Number(0, unit="seconds"), None,
+            "below 100% sampling, also keep trajectories slower than this", default_doc="off"),
+    Setting("tail_keep_percentile", ("OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE",),
+            Number(0, 100, low_open=True, high_open=True, unit="e.g. 99"), None,
+            "below 100% sampling, also keep trajectories slower than this running percentile",
+            default_doc="off"),
+    Setting("tail_keep_release_max_spans", ("OTEL_ROLLOUT_TAIL_KEEP_RELEASE_MAX_SPANS",),
+            Number(0, integer=True, unit="spans"), 100_000,
+            "below 100% sampling, kept traces that do not fit the export queue wait whole, "
+            "up to this many spans, and are exported as it drains; beyond it a kept trace "
+            "is dropped whole and counted (`kept_overflow`)", argument=False),
+    Setting("bands", ("OTEL_ROLLOUT_BANDS",),
+            Pairs("phase=band pairs, band one of " + ", ".join(A.ALL_BANDS), _check_band), None,
+            "custom phases counted in a band, e.g. `judge=llm`", default_doc="none"),
+    Setting("loop_stalls", ("OTEL_ROLLOUT_LOOP_STALLS",), Bool(), True,
+            "time event-loop callbacks: `loop_own`, `loop_blocked`, stall events and metric "
+            "(docs/waits.md)", argument=False),
+    Setting("loop_stall_threshold_ms", ("OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS",),
+            Number(0, unit="ms"), 5.0, "a loop callback at least this long is a stall",
+            argument=False),
+    Setting("output_dir", ("OTEL_ROLLOUT_OUTPUT_DIR",), Path(), _FsPath(DEFAULT_OUTPUT_DIR),
+            "trace file folder", default_doc=f"`./{DEFAULT_OUTPUT_DIR}`"),
+    Setting("trace_file_max_mb", ("OTEL_ROLLOUT_TRACE_FILE_MAX_MB",), Number(0, unit="MiB"),
+            128, "the trace file moves on to a new file before it would grow past this size "
+            "(0: never for size)"),
+    Setting("trace_file_max_age_s", ("OTEL_ROLLOUT_TRACE_FILE_MAX_AGE_S",),
+            Number(0, unit="seconds"), 3600, "the trace file moves on to a new file once it "
+            "is this old (0: never for age)"),
+    Setting("trace_file_burst_spans", ("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS",),
+            Number(0, integer=True, unit="spans"), 100_000,
+            "trace-file mode: room in the export queue beyond `OTEL_BSP_MAX_QUEUE_SIZE` for "
+            "spans ending together; past it (a hung disk) spans are dropped and counted "
+            "(`queue_full`)", argument=False),
+    Setting("genai_metrics", ("OTEL_ROLLOUT_GENAI_METRICS",), Bool(), False,
+            "also record the GenAI client metrics (gen_ai.client.operation.duration, "
+            "gen_ai.client.token.usage) for every generate call"),
+    Setting("metric_export_interval_ms", ("OTEL_METRIC_EXPORT_INTERVAL",),
+            Number(0, low_open=True, integer=True, unit="ms"), 60000,
+            "metric export interval (OTLP, console)"),
+    Setting("bsp_max_queue_size", ("OTEL_BSP_MAX_QUEUE_SIZE",),
+            Number(1, integer=True), 2048, "spans waiting for export; beyond it they are "
+            "dropped and counted", argument=False),
+    Setting("prometheus_host", ("OTEL_EXPORTER_PROMETHEUS_HOST",), Text(), "127.0.0.1",
+            "Prometheus endpoint address", argument=False, forward=False),
+    Setting("prometheus_port", ("OTEL_EXPORTER_PROMETHEUS_PORT",),
+            Number(1, 65535, integer=True), 9464, "Prometheus endpoint port",
+            argument=False, forward=False),
+    # Read where they are used, when they are used (from_environment), not by configure():
+    Setting("capture_content", (A.CAPTURE_CONTENT_ENV,), Bool(), False,
+            "record prompt and completion text (and exception messages) on spans",
+            argument=False),
+    Setting("capture_max_chars", ("OTEL_ROLLOUT_CAPTURE_MAX_CHARS",),
+            Number(0, integer=True), 2000, "captured text is truncated at this length",
+            argument=False),
+    Setting("semconv_opt_in", (A.SEMCONV_OPT_IN_ENV,), Text(), None,
+            f"`{A.SEMCONV_GENAI_LATEST}`: the latest GenAI span names; `{A.SEMCONV_GENAI_DUP}`:"
+            " old and new attributes both", default_doc="none", argument=False),
+    Setting("raise_internal_errors", ("OTEL_ROLLOUT_RAISE_INTERNAL_ERRORS",), Bool(), False,
+            "internal errors raise instead of being logged once (tests)", argument=False),
+)  # fmt: skip
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What each setting resolved to (``rollout.settings``); ``sources`` says from where
+    (``"argument"``, a variable's name, or ``"default"``)."""
+
+    disabled: bool = False
+    service_name: str = "otel-rollout"
+    run_id: str = ""
+    resource_attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    protocol: str = "grpc"
+    traces_protocol: str = "grpc"
+    metrics_protocol: str = "grpc"
+    endpoint: str | None = None
+    traces_endpoint: str | None = None
+    metrics_endpoint: str | None = None
+    traces_exporter: str = "file"
+    metrics_exporter: str = "none"
+    otlp_timeout_ms: int = 5000
+    sample_ratio: float = 1.0
+    tail_keep_slower_than_s: float | None = None
+    tail_keep_percentile: float | None = None
+    tail_keep_release_max_spans: int = 100_000
+    bands: Mapping[str, str] | None = None
+    loop_stalls: bool = True
+    loop_stall_threshold_ms: float = 5.0
+    output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
+    trace_file_max_mb: float = 128
+    trace_file_max_age_s: float = 3600
+    trace_file_burst_spans: int = 100_000
+    genai_metrics: bool = False
+    metric_export_interval_ms: int = 60000
+    bsp_max_queue_size: int = 2048
+    prometheus_host: str = "127.0.0.1"
+    prometheus_port: int = 9464
+    capture_content: bool = False
+    capture_max_chars: int = 2000
+    semconv_opt_in: str | None = None
+    raise_internal_errors: bool = False
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False,
+                                                   repr=False)  # fmt: skip
+
+    def __getitem__(self, name: str) -> Any:  # ``settings["x"]``, as when this was a dict
+        if name not in BY_NAME:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name) if name in BY_NAME else default
+
+    def endpoint_for(self, signal: str) -> str:
+        """The URL the OTLP exporter of ``signal`` (traces, metrics) sends to."""
+        url = getattr(self, f"{signal}_endpoint")
+        if url:
+            return url
+        protocol = getattr(self, f"{signal}_protocol")
+        return _default_endpoint(protocol, signal)
+
+
+def _default_endpoint(protocol: str, signal: str) -> str:
+    base = _DEFAULT_ENDPOINT[protocol]
+    return base + f"/v1/{signal}" if protocol == "http/protobuf" else base
+
+
+_fields = {f.name for f in dataclasses.fields(Settings)} - {"sources"}
+if _fields != set(BY_NAME):  # pragma: no cover - a setting added to one place only
+    raise AssertionError(f"Settings fields and SETTINGS differ: {_fields ^ set(BY_NAME)}")
+
+
+def _env(names: Iterable[str]) -> tuple[str, str] | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def resolve(**arguments: Any) -> Settings:
+    """Resolve every setting: argument (not None), variable, default.
+
+    A bad argument raises :class:`ConfigError`; a bad variable warns (naming it) and the
+    default is used. ``arguments`` are the names of :data:`SETTINGS`.
+    """
+    unknown = sorted(set(arguments) - set(BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown settings {unknown}; expected some of {sorted(BY_NAME)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for s in SETTINGS:
+        arg = arguments.get(s.name)
+        found = None
+        if not (s.follows and sources.get(s.follows) == "argument"):
+            found = _env(s.variables)
+        from_env = None
+        if found is not None:
+            var, text = found
+            try:
+                from_env = s.kind.from_text(text, var)
+            except (TypeError, ValueError, OverflowError) as exc:
+                said = str(exc) if str(exc).startswith("OTEL_") else None
+                message = said or f"{var}={text!r} is not accepted (expected {s.kind.accepted})"
+                if arg is None:
+                    message += f"; using {_shown(s.default_for(values))}"
+                warnings.warn(message, stacklevel=_stacklevel())
+                found = None
+        if arg is not None:
+            value = s.check_argument(arg)
+            if s.merge and from_env:
+                value = {**from_env, **value}
+            values[s.name], sources[s.name] = value, "argument"
+        elif found is not None:
+            values[s.name], sources[s.name] = from_env, found[0]
+        else:
+            values[s.name], sources[s.name] = s.default_for(values), "default"
+    return Settings(**values, sources=sources)
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else repr(str(value) if isinstance(value, _FsPath) else value)
+
+
+def _stacklevel() -> int:
+    """Point a warning at the first frame outside otel-rollout (the user's configure call)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("otel_rollout"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def from_environment(name: str) -> Any:
+    """One setting from its variables (or its default), for code that reads it at use time
+    without a ``configure()``; a bad variable warns once and gives the default."""
+    s = BY_NAME[name]
+    if callable(s.default) or s.follows:
+        return getattr(resolve(), name)
+    found = _env(s.variables)
+    if found is None:
+        return s.default
+    try:
+        return s.kind.from_text(found[1], found[0])
+    except (TypeError, ValueError, OverflowError):
+        if found not in _warned:
+            _warned.add(found)
+            warnings.warn(
+                f"{found[0]}={found[1]!r} is not accepted (expected {s.kind.accepted}); "
+                f"using {_shown(s.default)}",
+                stacklevel=_stacklevel(),
+            )
+        return s.default
+
+
+def forwarded_variables(settings: Settings) -> dict[str, str]:
+    """The variables that make another process resolve what ``settings`` resolved."""
+    out: dict[str, str] = {}
+    for s in SETTINGS:
+        value = getattr(settings, s.name)
+        if not s.forward or value is None:
+            continue
+        if s.name == "resource_attributes":  # one per process, never shared
+            value = {k: v for k, v in value.items() if k != "service.instance.id"}
+            if not value:
+                continue
+        out[s.variable] = s.kind.to_text(value)
+    return out
+
+
+def variable_for(name: str, value: Any) -> tuple[str, str, tuple[str, ...]]:
+    """(variable, text, variables it replaces) for an explicit setting ``name=value``;
+    a bad value is a :class:`ConfigError`."""
+    if name not in BY_NAME:
+        raise TypeError(f"unknown setting {name!r}; expected one of {sorted(BY_NAME)}")
+    s = BY_NAME[name]
+    return s.variable, s.kind.to_text(s.check_argument(value)), s.shadows
+
+
+def safe_file_part(text: str, limit: int = 64) -> str:
+    """``text`` usable in a file name: unsafe characters replaced, long ones shortened
+    (with a hash of the whole, so two long run ids still differ)."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "run"
+    if len(out) > limit:
+        import hashlib
+
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        out = out[: limit - 9].rstrip("._-") + "-" + digest
+    return out
+
+
+# --- The documented table ------------------------------------------------------------------
+
+TABLE_START = "<!-- settings table: generated by scripts/settings_table.py -->"
+TABLE_END = "<!-- end of settings table -->"
+
+
+def markdown_table() -> str:
+    """The settings table of the README and docs/configure.md."""
+    rows = ["| name | variables | accepted | default | what |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        name = f"`{s.name}`" + ("" if s.argument else " (variable only)")
+        variables = ", ".join(f"`{v}`" for v in s.variables)
+        if s.default_doc is not None:
+            default = s.default_doc
+        elif isinstance(s.default, str):
+            default = f"`{s.default}`"
+        else:
+            default = f"{s.default}".lower() if isinstance(s.default, bool) else f"{s.default}"
+        rows.append(f"| {name} | {variables} | {s.kind.accepted} | {default} | {s.doc} |")
+    return "\n".join(rows)
+
+
+def replace_table(text: str) -> str:
+    """``text`` with the table between its markers regenerated."""
+    start, end = text.index(TABLE_START), text.index(TABLE_END)
+    return text[: start + len(TABLE_START)] + "\n" + markdown_table() + "\n" + text[end:]
+
+
+def documented_table(text: str) -> str:
+    """The table between the markers of a document (for the test that compares them)."""
+    start, end = text.index(TABLE_START), text.index(TABLE_END)
+    return text[start + len(TABLE_START) : end].strip()

@@ -1,0 +1,3 @@
+"""Configuration: configure(), the pipelines, the resource and the Rollout handle (the top
+layer).
+"""

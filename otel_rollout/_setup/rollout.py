@@ -1,0 +1,312 @@
+"""The :class:`Rollout` handle ``configure()`` returns, its shutdown summary, and the
+process's global handle (:func:`get_rollout`)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import random
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from otel_rollout._accounting.reward import RewardColumns, RewardVsLatency
+from otel_rollout._accounting.summary import _KEY_NAMES, BreakdownCollector
+from otel_rollout._api.tracer import RolloutTracer
+from otel_rollout._base.bounded import BoundedCall
+from otel_rollout._base.fork import reset_in_child
+from otel_rollout._export.guarded import ExportStats
+from otel_rollout._processing.breakdown_processor import BreakdownProcessor
+from otel_rollout._settings.table import Settings
+
+_log = logging.getLogger("otel_rollout")
+
+#: How long interpreter exit waits for a Rollout nobody shut down to flush.
+EXIT_TIMEOUT_S = 5.0
+
+#: The bands of the shutdown summary: (SkyRL's key name, Breakdown attribute).
+_SUMMARY_BANDS = _KEY_NAMES
+
+
+class RunningSummary:
+    """The shutdown summary's figures in bounded memory, however long the run.
+
+    Counts, means, maxima and ``frac_time_in_env`` are exact (running sums); p90 is
+    exact up to ``reservoir`` trajectories and beyond that computed from a uniform
+    random sample of that many (reservoir sampling, seeded, so it is reproducible).
+    """
+
+    def __init__(self, reservoir: int = 4096) -> None:
+        self._size = reservoir
+        self._lock = threading.Lock()
+        self._random = random.Random(0)
+        self.count = 0
+        self._sums = [0.0] * len(_SUMMARY_BANDS)
+        self._max = [0.0] * len(_SUMMARY_BANDS)
+        self._sample: list[tuple[float, ...]] = []
+        # (env class, e2e, turns, reward) of trajectories with a reward: reward vs latency
+        self.rewarded = 0
+        self._rewards: list[tuple[Any, float, int, float]] = []
+        self._reward_random = random.Random(1)
+        reset_in_child(self, RunningSummary._reset)
+
+    def _reset(self) -> None:
+        """In a forked child: summarise only the child's own trajectories."""
+        self.__init__(self._size)  # type: ignore[misc]
+
+    def __call__(self, breakdown: Any) -> None:
+        row = tuple(float(getattr(breakdown, attr)) for _, attr in _SUMMARY_BANDS)
+        with self._lock:
+            self.count += 1
+            for i, v in enumerate(row):
+                self._sums[i] += v
+                if v > self._max[i]:
+                    self._max[i] = v
+            if len(self._sample) < self._size:
+                self._sample.append(row)
+            else:
+                j = self._random.randrange(self.count)
+                if j < self._size:
+                    self._sample[j] = row
+            reward = getattr(breakdown, "reward", None)
+            if reward is not None:
+                self.rewarded += 1
+                b = breakdown
+                item = (b.env_class, float(b.e2e), int(b.turns), float(reward))
+                if len(self._rewards) < self._size:
+                    self._rewards.append(item)
+                else:
+                    j = self._reward_random.randrange(self.rewarded)
+                    if j < self._size:
+                        self._rewards[j] = item
+
+    @property
+    def exact(self) -> bool:
+        """Whether p90 is computed from every trajectory (not from a sample)."""
+        return self.count <= self._size
+
+    def reward_analyses(self) -> list[RewardVsLatency]:
+        """Mean reward by e2e decile and by turns per env class (from the reservoir when
+        more trajectories than it holds had a reward)."""
+        cols = RewardColumns()
+        with self._lock:
+            rows = list(self._rewards)
+        for env_class, e2e, turns, reward in rows:
+            cols.add(env_class, e2e, turns, reward)
+        return cols.analyses()
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        """``{band: {"mean", "p90", "max"}}`` and ``{"frac_time_in_env": {"value"}}``."""
+        import numpy as np
+
+        with self._lock:
+            n, sums, maxima = self.count, list(self._sums), list(self._max)
+            sample = np.array(self._sample, dtype=np.float64)
+        out: dict[str, dict[str, float]] = {}
+        for i, (key, _) in enumerate(_SUMMARY_BANDS):
+            p90 = float(np.percentile(sample[:, i], 90)) if n else 0.0
+            out[key] = {"mean": sums[i] / n if n else 0.0, "p90": p90, "max": maxima[i]}
+        llm, env = sums[1], sums[2]
+        out["frac_time_in_env"] = {"value": env / (llm + env) if llm + env > 0 else 0.0}
+        return out
+
+
+@dataclass
+class Rollout:
+    """What :func:`configure` set up. ``shutdown()`` flushes and stops, within a timeout."""
+
+    tracer_provider: Any
+    meter_provider: Any
+    tracer: RolloutTracer
+    collector: BreakdownCollector
+    processor: BreakdownProcessor | None
+    trace_file: Path | None = None
+    is_global: bool = False
+    settings: Settings = field(default_factory=Settings)
+    summary_stream: TextIO | None = None
+    _summary: RunningSummary | None = field(default=None, repr=False)
+    _export: list = field(default_factory=list, repr=False)
+    _closers: list = field(default_factory=list, repr=False)
+    _shutdown_worker: threading.Thread | None = field(default=None, repr=False)
+    _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _flush: BoundedCall | None = field(default=None, repr=False)
+
+    @property
+    def export_stats(self) -> ExportStats:
+        """Spans exported, pending, and dropped by reason, all pipelines together."""
+        total = ExportStats()
+        for p in self._export:
+            total += p.stats
+        return total
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export what waits, spans then metrics; returns False when ``timeout_s`` ran out
+        first. Never waits longer, even with the endpoint down: the export goes on in the
+        background, and the next call waits for it before starting its own."""
+        with self._shutdown_lock:
+            if self._flush is None:
+                self._flush = BoundedCall(self._flush_providers, "otel-rollout-force-flush")
+        return self._flush(timeout_s)
+
+    def _flush_providers(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        ok = True
+        for p in (self.tracer_provider, self.meter_provider):
+            fn = getattr(p, "force_flush", None)
+            if fn is not None:
+                ms = max(0, int((deadline - time.monotonic()) * 1000))
+                ok = bool(fn(ms)) and ok
+        return ok
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Stop exporting; returns False when the exporters did not finish in time.
+
+        Called again (or at interpreter exit, which configure() arranges), it only waits
+        for the first call's work, up to ``timeout_s``.
+        """
+        with self._shutdown_lock:
+            worker = self._shutdown_worker
+            first = worker is None
+            if first:
+                worker = self._shutdown_worker = threading.Thread(
+                    target=self._stop, name="otel-rollout-shutdown", daemon=True
+                )
+                worker.start()
+        if first:
+            _exit_registry.pop(id(self), None)
+        worker.join(timeout_s)
+        done = not worker.is_alive()
+        if first:
+            if not done:  # what is still queued is lost, and counted so
+                for p in self._export:
+                    abandon = getattr(p, "abandon", None)  # the console pipeline has none
+                    if abandon is not None:
+                        abandon()
+            self._report_losses()
+            self._print_summary()
+        return done
+
+    def _report_losses(self) -> None:
+        stats = self.export_stats
+        if stats.dropped:
+            _log.warning("otel-rollout: %s", _loss_line(stats))
+
+    def __enter__(self) -> Rollout:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def _stop(self) -> None:
+        _stop_providers(self.tracer_provider, self.meter_provider, self._closers)
+
+    def _print_summary(self) -> None:
+        summary = self._summary
+        if self.summary_stream is None or summary is None or not summary.count:
+            return
+        figures = summary.figures()
+        out = self.summary_stream
+        print(f"otel-rollout: {summary.count} trajectories", file=out)
+        p90 = "p90" if summary.exact else "p90~"  # from a sample beyond the reservoir
+        for band, _ in _SUMMARY_BANDS:
+            f = figures[band]
+            print(f"  {band:<13} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
+        print(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}", file=out)
+        for a in summary.reward_analyses():  # do slow trajectories succeed less?
+            deciles = " ".join(f"{b.mean_reward:.2f}" for b in a.by_e2e_decile)
+            turns = " ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_turns)
+            print(f"  reward {a.env_class}: by e2e decile (fastest first) {deciles}; "
+                  f"by turns {turns}", file=out)  # fmt: skip
+        stats = self.export_stats
+        if stats.dropped:
+            print(f"  {_loss_line(stats)}", file=out)
+        if self.trace_file is not None:
+            f = self.trace_file
+            more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
+            shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
+            print(f"  traces: {shown}", file=out)
+
+
+def _loss_line(stats: ExportStats) -> str:
+    reasons = ", ".join(f"{n} {why}" for why, n in stats.losses().items() if n)
+    return f"{stats.dropped} spans were not exported ({reasons}); {stats.exported} were"
+
+
+def _stop_providers(tracer_provider: Any, meter_provider: Any, closers: list) -> None:
+    for p in (tracer_provider, meter_provider):
+        fn = getattr(p, "shutdown", None)
+        if fn is not None:
+            fn()
+    for server in closers:  # the port is free again for the next configure()
+        server.shutdown()
+        server.server_close()
+
+
+# --- Shutdown at exit, holding nothing alive -------------------------------------------------
+
+#: id(rollout) -> weak references to the handle and to what it would shut down. An entry
+#: goes at shutdown() or when everything it refers to is gone, so handles made and shut
+#: down by the thousand (tests, embedding) are not kept for the life of the process.
+_exit_registry: dict[int, tuple[Any, Any, Any, list]] = {}
+_exit_lock = threading.Lock()
+_exit_hooked = False
+
+
+def register_for_exit(rollout: Rollout) -> None:
+    """Shut ``rollout`` down at interpreter exit, within :data:`EXIT_TIMEOUT_S`, unless
+    someone did first. A handle nobody holds any more still has its providers flushed
+    while they are alive (a user may keep only ``rollout.tracer``)."""
+    global _exit_hooked
+    key = id(rollout)
+
+    def forget(_: Any, key: int = key) -> None:
+        entry = _exit_registry.get(key)
+        if entry is not None and all(ref() is None for ref in entry[:3]):
+            _exit_registry.pop(key, None)
+
+    entry = (
+        weakref.ref(rollout, forget),
+        weakref.ref(rollout.tracer_provider, forget),
+        weakref.ref(rollout.meter_provider, forget),
+        rollout._closers,
+    )
+    with _exit_lock:
+        _exit_registry[key] = entry
+        if not _exit_hooked:
+            atexit.register(_shutdown_at_exit)
+            _exit_hooked = True
+
+
+def _shutdown_at_exit() -> None:
+    with _exit_lock:
+        entries = list(_exit_registry.values())
+    for ref, tp_ref, mp_ref, closers in entries:
+        rollout = ref()
+        if rollout is not None:
+            rollout.shutdown(EXIT_TIMEOUT_S)
+            continue
+        tp, mp = tp_ref(), mp_ref()
+        if tp is None and mp is None:
+            continue
+        worker = threading.Thread(target=_stop_providers, args=(tp, mp, closers), daemon=True)
+        worker.start()
+        worker.join(EXIT_TIMEOUT_S)
+
+
+# --- The process's global handle -------------------------------------------------------------
+
+_global_lock = threading.Lock()
+_global: Rollout | None = None
+
+
+def get_rollout() -> Rollout | None:
+    """The :class:`Rollout` of this process's global ``configure()``, or ``None``."""
+    return _global
+
+
+def _set_global(rollout: Rollout | None) -> None:
+    global _global
+    _global = rollout

@@ -1,0 +1,144 @@
+"""A forked child starts with none of the parent's process state: it exports and counts
+its own spans and trajectories only (a real fork, a real OTLP receiver)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
+from otel_rollout import BreakdownCollector, BreakdownProcessor, RolloutTracer
+from otel_rollout import attributes as A
+from otel_rollout._export.guarded import guarded_batch_processor
+from otel_rollout._setup.rollout import RunningSummary
+from otel_rollout.testing.receiver import OTLPReceiver
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def in_child(fn) -> dict:
+    """Fork; run ``fn()`` in the child and return the JSON-able dict it returns."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running the parent's exit hooks
+        code = 1
+        try:
+            os.close(read)
+            os.write(write, json.dumps(fn()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return json.loads(b"".join(chunks))
+
+
+def pipeline(rx: OTLPReceiver, queue: int):
+    exporter = OTLPSpanExporter(endpoint=rx.http_endpoint + "/v1/traces", timeout=10)
+    export = guarded_batch_processor(
+        exporter, max_queue_size=queue, max_export_batch_size=queue, schedule_delay_millis=1
+    )
+    collector = BreakdownCollector()
+    processor = BreakdownProcessor(MeterProvider(), on_breakdown=collector)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    provider.add_span_processor(export)
+    return RolloutTracer(provider, processor=processor), export, processor, collector, provider
+
+
+def run(tracer, tid: str) -> None:
+    with tracer.trajectory(tid) as traj, traj.generate():
+        pass
+
+
+def test_a_child_forked_while_the_parents_queue_is_full_still_exports():
+    with OTLPReceiver() as rx:
+        rx.hold()  # the endpoint hangs: the parent's queue fills up
+        tracer, export, _, _, provider = pipeline(rx, queue=8)
+        for i in range(20):
+            run(tracer, f"parent-{i}")
+        deadline = time.monotonic() + 10
+        while export.stats.dropped_queue_full == 0 and time.monotonic() < deadline:
+            run(tracer, "parent-more")
+        assert export.stats.pending == 8 and export.stats.dropped_queue_full > 0
+
+        def child() -> dict:
+            run(tracer, "child-0")
+            flushed = export.force_flush(10_000)
+            s = export.stats
+            return {"flushed": flushed, "exported": s.exported, "pending": s.pending,
+                    "dropped": s.dropped}  # fmt: skip
+
+        rx.release()  # the child's requests (and the parent's) are answered from now on
+        got = in_child(child)
+        assert got == {"flushed": True, "exported": 2, "pending": 0, "dropped": 0}
+        mine = lambda r: [s for s in r.spans() if s.trace_id and s.attributes.get(  # noqa: E731
+            A.TRAJECTORY_ID) == "child-0"]  # fmt: skip
+        assert rx.wait_for(lambda r: len(mine(r)) == 1)
+        provider.shutdown()
+
+
+def test_a_child_has_none_of_the_parents_trajectories_breakdowns_or_summary():
+    with OTLPReceiver() as rx:
+        tracer, _, processor, collector, provider = pipeline(rx, queue=64)
+        summary = RunningSummary()
+        processor.add_sink(summary)
+        for i in range(3):
+            run(tracer, f"parent-{i}")
+        open_scope = tracer.trajectory("in-flight-at-fork")
+        open_scope.__enter__()
+        assert processor.in_flight == 1 and len(collector) == 3 and summary.count == 3
+        assert processor.histograms.waiting == 3  # records wait for a collection
+
+        def child() -> dict:
+            state = [processor.in_flight, processor.open_spans, len(collector), summary.count,
+                     processor.histograms.waiting]  # fmt: skip
+            run(tracer, "child-0")
+            return {"at_fork": state, "breakdowns": [b.trajectory_id for b in collector.drain()],
+                    "summary": summary.count, "waiting": processor.histograms.waiting}  # fmt: skip
+
+        got = in_child(child)
+        assert got == {"at_fork": [0, 0, 0, 0, 0], "breakdowns": ["child-0"], "summary": 1,
+                       "waiting": 1}  # fmt: skip
+        assert processor.histograms.waiting == 3  # the parent's records are still its own
+        open_scope.__exit__(None, None, None)  # the parent's own state is untouched
+        assert [b.trajectory_id for b in collector.drain()][-1] == "in-flight-at-fork"
+        provider.shutdown()
+
+
+def test_a_child_has_none_of_the_parents_tail_keep_buffer():
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_rollout import RecordingRatioSampler, TailKeepProcessor
+
+    exporter = InMemorySpanExporter()
+    keep = TailKeepProcessor(SimpleSpanProcessor(exporter))
+    provider = TracerProvider(sampler=RecordingRatioSampler(0.0))
+    provider.add_span_processor(keep)
+    tracer = RolloutTracer(provider)
+    scope = tracer.trajectory("open-at-fork")
+    traj = scope.__enter__()
+    with traj.generate():
+        pass
+    assert keep.buffered_spans == 1
+
+    def child() -> dict:
+        return {"buffered": keep.buffered_spans}
+
+    assert in_child(child) == {"buffered": 0}
+    scope.__exit__(None, None, None)
+    assert keep.buffered_spans == 0
