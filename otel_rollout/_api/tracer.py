@@ -46,8 +46,12 @@ __all__ = [
 
 
 def _parent_context() -> otel_context.Context | None:
-    """The current context, less a current span that has already ended (a trajectory
-    left current by an abandoned async generator must not parent the next one)."""
+    """The context a trajectory starts in: the current one, less a current trajectory
+    (trajectories never nest: one left open by an async generator the caller broke out
+    of must not parent the next) and less a current span that has already ended."""
+    outer = _CURRENT.get()
+    if outer is not None and not outer._ended:
+        return outer._outer
     span = trace.get_current_span()
     if span.is_recording() or not isinstance(getattr(span, "end_time", None), int):
         return None
@@ -76,18 +80,15 @@ class _TrajectoryScope:
         owner = self._owner
         tracer, clock = owner._tracer, owner._clock
         batch = current_batch()
+        parent = _parent_context()
         if batch is None:
-            span = tracer.start_span(
-                name, context=_parent_context(), attributes=attrs, start_time=clock()
-            )
+            span = tracer.start_span(name, context=parent, attributes=attrs, start_time=clock())
         else:
             attrs = {**attrs, A.BATCH_ID: batch.batch_id}
             if batch.step is not None:
                 attrs[A.STEP] = batch.step
             if batch.nest:
-                span = tracer.start_span(
-                    name, context=_parent_context(), attributes=attrs, start_time=clock()
-                )
+                span = tracer.start_span(name, context=parent, attributes=attrs, start_time=clock())
             else:  # the root of a new trace, linked to the batch span
                 span = tracer.start_span(
                     name, otel_context.Context(), attributes=attrs, links=batch.links,
@@ -104,6 +105,7 @@ class _TrajectoryScope:
                 mode,
                 clock,
             )
+            traj._outer = parent if parent is not None else otel_context.get_current()
             recorded = getattr(span, "attributes", None)
             if recorded is not None and A.TRAJECTORY_ID not in recorded and span.is_recording():
                 # The sampler replaced the attributes: restore them on the root and on
@@ -261,6 +263,7 @@ class RolloutTracer:
             attributes or {},
             nest,
             self._clock,
+            processor.batches if (processor := self.processor) is not None else None,
         )
 
     def trajectory(

@@ -43,6 +43,7 @@ class Trajectory:
         "_ended",
         "_env_steps",
         "_latest",
+        "_outer",
         "_restore",
         "_tracer",
         "_turns",
@@ -71,6 +72,9 @@ class Trajectory:
         #: Set by the tracer when a sampler dropped the root's attributes: restores a
         #: phase's attributes after it starts.
         self._restore: Callable[[Span, Mapping[str, Any]], None] | None = None
+        #: The context the trajectory started in: a trajectory started inside its block
+        #: starts there too, as a sibling (the tracer sets it).
+        self._outer: otel_context.Context | None = None
         self.span = span
         self._ctx = trace.set_span_in_context(span)
         self.trajectory_id = trajectory_id
