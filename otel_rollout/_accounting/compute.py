@@ -1,7 +1,7 @@
 """The accounting of one trajectory: the one pure function the processor and the report
 share, :func:`compute_breakdown`, and :func:`root_breakdown` (with a root's labels).
 
-Rules (DESIGN.md, "Accounting"):
+Rules (docs/design.md, "Accounting"):
 
 * ``e2e`` is the root span's interval ``[s, e]``.
 * Each band is the union of its phase spans' intervals clipped to ``[s, e]``, so

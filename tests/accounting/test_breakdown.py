@@ -1,4 +1,4 @@
-"""The accounting rules of DESIGN.md, on the pure breakdown function and on live spans."""
+"""The accounting rules of docs/design.md, on the pure breakdown function and on live spans."""
 
 from __future__ import annotations
 
