@@ -13,7 +13,8 @@ if [ -n "$py312" ]; then
     && .venv-skyrl/bin/pip install -q "skyrl==0.4.0" "skyrl-gym==0.4.0" torch loguru tqdm \
       aiohttp orjson pybase64 -e '.[skyrl,dev]'; then
     HF_HUB_OFFLINE=1 .venv-skyrl/bin/python -m pytest -q -p no:cacheprovider tests/integrations/test_skyrl.py \
-      tests/integrations/test_skyrl_parity.py tests/processing/test_loopstall.py
+      tests/integrations/test_skyrl_parity.py tests/integrations/test_skyrl_loopstall.py \
+      tests/processing/test_loopstall.py
   else
     echo "warning: could not install skyrl for $py312; the real-SkyRL tests did not run" >&2
   fi

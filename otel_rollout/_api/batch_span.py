@@ -10,7 +10,6 @@ ends the batch analysis is written onto the batch span before it ends.
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from time import time_ns
@@ -26,11 +25,9 @@ from otel_rollout._accounting.batch_figures import BatchAnalysis
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._api.recording import _record_exception
 from otel_rollout._base.errors import internal_error
+from otel_rollout._processing.batch_registry import BatchRegistry
 
 _CURRENT: ContextVar[Batch | None] = ContextVar("otel_rollout_batch", default=None)
-#: Open batches by id, so a finished trajectory's breakdown reaches its batch.
-_OPEN: dict[str, Batch] = {}
-_OPEN_LOCK = threading.Lock()
 
 
 def current_batch() -> Batch | RemoteBatch | None:
@@ -102,15 +99,6 @@ def attach_batch(batch: Batch | RemoteBatch | None) -> Any:
 
 def detach_batch(token: Any) -> None:
     _CURRENT.reset(token)
-
-
-def deliver(breakdown: Breakdown) -> bool:
-    """Hand a finished trajectory's breakdown to its open batch; whether one took it."""
-    batch = _OPEN.get(breakdown.batch_id) if breakdown.batch_id is not None else None
-    if batch is None:
-        return False
-    batch._acc.add(breakdown)
-    return True
 
 
 class BatchInstruments:
@@ -204,7 +192,8 @@ class BatchScope:
     """Context manager (sync and async) for one batch span."""
 
     __slots__ = (
-        "_attrs", "_batch", "_clock", "_instruments", "_nest", "_step", "_token", "_tracer",
+        "_attrs", "_batch", "_clock", "_instruments", "_nest", "_registry", "_step", "_token",
+        "_tracer",
     )  # fmt: skip
 
     def __init__(
@@ -216,8 +205,10 @@ class BatchScope:
         attributes: Mapping[str, Any],
         nest: bool,
         clock: Callable[[], int] = time_ns,
+        registry: BatchRegistry | None = None,
     ) -> None:
         self._tracer = tracer
+        self._registry = registry  # the processor's open batches (None: no processor)
         self._clock = clock
         self._instruments = instruments
         self._step = step
@@ -235,8 +226,8 @@ class BatchScope:
         )
         batch = Batch(span, self._attrs[A.BATCH_ID], self._step, self._nest)
         self._batch = batch
-        with _OPEN_LOCK:
-            _OPEN[batch.batch_id] = batch
+        if self._registry is not None:
+            self._registry.open(batch.batch_id, batch._acc)
         ctx = trace.set_span_in_context(span)
         self._token = (otel_context.attach(ctx), _CURRENT.set(batch))
         return batch
@@ -246,9 +237,8 @@ class BatchScope:
         assert batch is not None
         span = batch.span
         try:
-            with _OPEN_LOCK:
-                if _OPEN.get(batch.batch_id) is batch:
-                    del _OPEN[batch.batch_id]
+            if self._registry is not None:
+                self._registry.close(batch.batch_id, batch._acc)
             if exc is not None:  # its message only with content capture on
                 _record_exception(span, exc)
             analysis = batch.analysis = batch.compute()

@@ -16,9 +16,9 @@ from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._accounting.compute import root_breakdown
 from otel_rollout._accounting.waits import add_engine, engine_ns
-from otel_rollout._api.batch_span import deliver
 from otel_rollout._base.errors import internal_error, warn_once
 from otel_rollout._base.fork import reset_in_child
+from otel_rollout._processing.batch_registry import BatchRegistry
 from otel_rollout._processing.histograms import TrajectoryHistograms
 from otel_rollout._version import __version__
 
@@ -127,6 +127,8 @@ class BreakdownProcessor(SpanProcessor):
         self.histograms = (
             TrajectoryHistograms(meter, lambda: self.in_flight) if record_metrics else None
         )
+        #: The open batches of the tracers using this processor (their breakdowns go there).
+        self.batches = BatchRegistry()
         reset_in_child(self, BreakdownProcessor._reset)
 
     # --- public ---------------------------------------------------------------------------
@@ -199,12 +201,8 @@ class BreakdownProcessor(SpanProcessor):
                                 traj.engine = add_engine(traj.engine, part)
                     return
                 end = span.end_time or traj.start_ns
-                bd = traj.breakdown
-                phases = (
-                    None
-                    if bd is not None and bd.end_time_ns == end
-                    else self._snapshot_locked(traj, end)
-                )
+                bd = traj.breakdown  # set by finish(), which ended the root: reuse it
+                phases = None if bd is not None else self._snapshot_locked(traj, end)
                 self._remove_locked(traj)
             if phases is not None:
                 bd = self._compute(
@@ -326,7 +324,7 @@ class BreakdownProcessor(SpanProcessor):
         if self.histograms is not None:
             self.histograms.add(bd, span.context)
         if bd.batch_id is not None:
-            deliver(bd)
+            self.batches.deliver(bd)
         for sink in self._sinks:
             try:
                 sink(bd)
