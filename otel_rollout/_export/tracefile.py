@@ -19,9 +19,11 @@ shutdown; ``otel-rollout report`` keeps each writer's latest counts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -190,7 +192,7 @@ class RotatingTraceFile(SpanExporter):
         return True
 
     def _after_fork(self) -> None:
-        """A forked child writes files of its own (``traces-X-<pid>.jsonl``...), so two
+        """A forked child writes files of its own (``traces-X-<pid>-<random>.jsonl``...), so two
         processes never append to, rotate or cut back the same file."""
         self._lock = threading.Lock()
         self._writer_id = uuid.uuid4().hex  # counts start again from zero in the child
@@ -198,21 +200,18 @@ class RotatingTraceFile(SpanExporter):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._first = self._first.with_name(f"{self._first.stem}-{os.getpid()}{self._first.suffix}")
+        part = f"{os.getpid()}-{secrets.token_hex(2)}"  # a pid may be reused by a later child
+        self._first = self._first.with_name(f"{self._first.stem}-{part}{self._first.suffix}")
         self._index = 0
         self.paths = []  # opened at the child's first write: a child that never traces
         # leaves no file
 
     # --- internals (under the lock) -----------------------------------------------------------
     def _open(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # read as well: the last byte says whether the file ends in a partial line
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         size = os.fstat(fd).st_size
-        cut = False
-        if size:  # appending to a file a crash may have left with a partial last line
-            with open(path, "rb") as f:
-                f.seek(size - 1)
-                cut = f.read(1) != b"\n"
-        self._fd, self._size, self._cut = fd, size, cut
+        self._fd, self._size, self._cut = fd, size, _ends_cut(fd, size)
         self._opened_at = self._clock()
         self.paths.append(path)
 
@@ -265,23 +264,69 @@ class RotatingTraceFile(SpanExporter):
         return True
 
     def _write_whole(self, data: bytes) -> None:
+        """Append ``data`` as whole lines; a write that fails part way is cut back to where
+        it began. Under an exclusive lock on the file, with the start read from the file
+        itself: bytes another writer appended (a user's second exporter on the same path)
+        are never cut, nor glued to a partial line."""
         if self._fd is None:
             self._open(self.path)
         fd = self._fd
-        if self._cut:
-            data = b"\n" + data
-        start = self._size
-        written = 0
-        try:
-            while written < len(data):
-                written += os.write(fd, data[written:])
-        except OSError:
-            if written:
-                try:  # no partial line stays in the file
-                    os.ftruncate(fd, start)
-                except OSError:
-                    self._size = start + written
-                    self._cut = True
-            raise
-        self._size = start + written
-        self._cut = False
+        with _exclusive(fd):
+            start = os.fstat(fd).st_size
+            if start != self._size:  # someone else appended since our last write
+                self._cut = _ends_cut(fd, start)
+            if self._cut:
+                data = b"\n" + data
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except OSError:
+                self._size = start
+                if written:
+                    try:  # no partial line stays in the file
+                        os.ftruncate(fd, start)
+                    except OSError:
+                        self._size = start + written
+                        self._cut = True
+                raise
+            self._size = start + written
+            self._cut = False
+
+
+def _ends_cut(fd: int, size: int) -> bool:
+    """Whether the file of ``fd``, ``size`` bytes long, ends in a partial line."""
+    if not size:
+        return False
+    try:
+        return os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:
+        return True  # unreadable: a newline first costs one empty line at most
+
+
+class _exclusive:
+    """An exclusive ``flock`` on ``fd`` for a block; a no-op where the file system or the
+    platform has none (the per-process file names keep writers apart there)."""
+
+    __slots__ = ("_fd", "_held")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._held = False
+
+    def __enter__(self) -> None:
+        if _fcntl is not None:
+            with contextlib.suppress(OSError):
+                _fcntl.flock(self._fd, _fcntl.LOCK_EX)
+                self._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            with contextlib.suppress(OSError):
+                _fcntl.flock(self._fd, _fcntl.LOCK_UN)
+
+
+try:
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None  # type: ignore[assignment]

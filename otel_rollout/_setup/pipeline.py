@@ -3,6 +3,8 @@ built from resolved :class:`~otel_rollout._settings.table.Settings`."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 import warnings
 from pathlib import Path
@@ -92,9 +94,13 @@ def prometheus_reader(host: str, port: int) -> tuple[Any, Any]:
 
 
 def trace_file_path(settings: Settings) -> Path:
-    """A new trace file's path; the run id is made safe for a file name."""
+    """A new trace file's path, one per process: the start time, the run id (made safe for
+    a file name), the pid and a random part, so processes of one run (Ray workers, ranks)
+    started in the same second never share a file, even when a pid is reused."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(settings.output_dir) / f"traces-{stamp}-{safe_file_part(settings.run_id)}.jsonl"
+    own = f"{os.getpid()}-{secrets.token_hex(3)}"
+    run = safe_file_part(settings.run_id)
+    return Path(settings.output_dir) / f"traces-{stamp}-{run}-{own}.jsonl"
 
 
 def create_trace_file(path: Path) -> None:
@@ -126,6 +132,8 @@ class TracePipeline:
         self.resource = resource  # the spans' resource: a trace file's loss records carry it
         self.batch_processors: list[Any] = []  # each has ``.stats``
         self.trace_file: Path | None = None
+        #: answers the running trajectories, for the in-flight record (set by configure())
+        self.in_flight: Any = None
 
     def _tail_keep(self, processor: Any) -> Any:
         # Below 100% sampling, failed, cancelled and slow trajectories are kept in full.
@@ -152,6 +160,15 @@ class TracePipeline:
         self.batch_processors.append(processor)
         return self._tail_keep(processor)
 
+    def _with_in_flight(self, exporter: Any) -> Any:
+        """``exporter``, writing an in-flight record periodically when that is on."""
+        interval = self.settings.in_flight_interval_s
+        if not interval or self.in_flight is None:
+            return exporter
+        from otel_rollout._export.in_flight import InFlightExporter
+
+        return InFlightExporter(exporter, self.in_flight, self.resource, interval)
+
     def build(self, span_exporter: Any = None) -> Any | None:
         """The span processor to add after the breakdown processor, or None (``none``).
 
@@ -168,6 +185,7 @@ class TracePipeline:
             max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
             exporter = RotatingTraceFile(path, max_bytes=max_bytes,
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
+            exporter = self._with_in_flight(exporter)
             processor = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
             # spans lost before the file are stated in it, for ``otel-rollout report``
             counted = self.batch_processors[-1]
@@ -176,6 +194,7 @@ class TracePipeline:
             return processor
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
+            exporter = self._with_in_flight(exporter)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")
         if s.traces_exporter == "console":
             from otel_rollout._export.console import ConsoleSpanProcessor, ConsoleTreeExporter

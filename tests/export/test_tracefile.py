@@ -231,14 +231,14 @@ def test_a_forked_child_writes_its_own_files(tmp_path):
         code = 1
         try:
             _run(tracer, 2, start=100)
-            code = 0 if exporter.path.name == f"traces-x-{os.getpid()}.jsonl" else 2
+            code = 0 if exporter.path.name.startswith(f"traces-x-{os.getpid()}-") else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     _run(tracer, 1, start=1)
     exporter.shutdown()
-    child = tmp_path / f"traces-x-{pid}.jsonl"
+    (child,) = tmp_path.glob(f"traces-x-{pid}-*.jsonl")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, child.name])
     parent_ids = {t.breakdown.trajectory_id for t in read_sources([str(path)]).trajectories}
     child_ids = {t.breakdown.trajectory_id for t in read_sources([str(child)]).trajectories}
