@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.waits import wait_attributes
 
 #: Phase intervals a breakdown keeps for the batch analysis; beyond this, the latest.
 MAX_INTERVALS = 4096
@@ -142,7 +141,7 @@ class Breakdown:
         out[A.BREAKDOWN_FINISH_SESSION] = self.finish_session
         out[A.TURNS] = self.turns
         out[A.ENV_STEPS] = self.env_steps
-        out.update(wait_attributes(self))
+        out.update(_wait_attributes(self))
         return out
 
 
@@ -156,3 +155,13 @@ def _rebuild(values: list[Any]) -> Breakdown:
     if "waits_nanos" in fields:
         fields["waits_nanos"] = MappingProxyType(dict(fields["waits_nanos"]))
     return Breakdown(**fields)
+
+
+def _wait_attributes(bd: Breakdown) -> dict[str, float]:
+    """The known waits as ``rollout.breakdown.<name>`` root attributes (seconds)."""
+    out: dict[str, float] = {}
+    for name in (*A.LLM_SUBPARTS, *A.LOOP_PARTS):
+        value = getattr(bd, name)
+        if value is not None:
+            out[A.BREAKDOWN_PREFIX + name] = value
+    return out

@@ -25,6 +25,7 @@ Rules (docs/design.md, "Accounting"):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +35,7 @@ from typing import Any
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import MAX_INTERVALS, Breakdown, PhaseInterval
-from otel_rollout._accounting.waits import loop_ns, with_waits
+from otel_rollout._accounting.waits import loop_ns
 from otel_rollout._base.semconv import bounded_status
 
 _NS = 1e-9
@@ -301,3 +302,26 @@ def _latest(flat: array) -> array:
     for e, s, idx in sorted(triples, key=lambda t: (t[1], t[0])):
         out.extend((idx, s, e))
     return out
+
+
+def with_waits(
+    bd: Breakdown, engine: Sequence[int] | None, loop: tuple[int, int, int] | None
+) -> Breakdown:
+    """``bd`` with the engine split (``engine``: queue, prefill, decode ns) and the loop
+    figures (``loop``: own, blocked, stall ns) filled in; ``bd`` itself when both are
+    None."""
+    if engine is None and loop is None:
+        return bd
+    nanos = dict(bd.waits_nanos)
+    values: dict[str, Any] = {}
+    if engine is not None:
+        q, p, d = engine[0], engine[1], engine[2]
+        client = max(0, bd.nanos.get(A.PHASE_LLM, 0) - q - p - d)
+        for name, v in zip(A.LLM_SUBPARTS, (q, p, d, client), strict=True):
+            nanos[name] = v
+            values[name] = v * _NS
+    if loop is not None:
+        for name, v in zip(A.LOOP_PARTS, loop, strict=True):
+            nanos[name] = v
+            values[name] = v * _NS
+    return dataclasses.replace(bd, waits_nanos=MappingProxyType(nanos), **values)

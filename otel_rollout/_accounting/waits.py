@@ -15,14 +15,10 @@ time and all report timings; ``llm_client`` is floored at 0 otherwise.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from otel_rollout import attributes as A
-
-if TYPE_CHECKING:
-    from otel_rollout._accounting.breakdown import Breakdown
 
 _NS = 1e-9
 _QUEUE, _PREFILL, _DECODE = A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE
@@ -109,41 +105,6 @@ def loop_ns(attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
         return None
     stall = attrs.get(A.LOOP_STALL_NS)
     return own, blocked, stall if isinstance(stall, int) else 0
-
-
-def with_waits(
-    bd: Breakdown, engine: Sequence[int] | None, loop: tuple[int, int, int] | None
-) -> Breakdown:
-    """``bd`` with the engine split (``engine``: queue, prefill, decode ns) and the loop
-    figures (``loop``: own, blocked, stall ns) filled in; ``bd`` itself when both are
-    None."""
-    if engine is None and loop is None:
-        return bd
-    nanos = dict(bd.waits_nanos)
-    values: dict[str, Any] = {}
-    if engine is not None:
-        q, p, d = engine[0], engine[1], engine[2]
-        client = max(0, bd.nanos.get(A.PHASE_LLM, 0) - q - p - d)
-        for name, v in zip(A.LLM_SUBPARTS, (q, p, d, client), strict=True):
-            nanos[name] = v
-            values[name] = v * _NS
-    if loop is not None:
-        for name, v in zip(A.LOOP_PARTS, loop, strict=True):
-            nanos[name] = v
-            values[name] = v * _NS
-    from types import MappingProxyType
-
-    return dataclasses.replace(bd, waits_nanos=MappingProxyType(nanos), **values)
-
-
-def wait_attributes(bd: Breakdown) -> dict[str, float]:
-    """The known waits as ``rollout.breakdown.<name>`` root attributes (seconds)."""
-    out: dict[str, float] = {}
-    for name in (*A.LLM_SUBPARTS, *A.LOOP_PARTS):
-        value = getattr(bd, name)
-        if value is not None:
-            out[A.BREAKDOWN_PREFIX + name] = value
-    return out
 
 
 def engine_from_tree(

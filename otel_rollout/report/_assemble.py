@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 from otel_rollout import attributes as A
 from otel_rollout._accounting.span_tree import SpanRecord, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
+from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
@@ -85,6 +86,8 @@ class TraceAssembler:
         self.peak_buffered_spans = 0
 
     def add(self, span: RawSpan) -> None:
+        if span.name == IN_FLIGHT_SPAN and span.parent_id is None:
+            return  # a writer's in-flight record (``otel-rollout top``), not a trajectory's
         result = self._result
         self._seen += 1
         result.spans += 1
