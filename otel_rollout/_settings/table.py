@@ -216,6 +216,18 @@ SETTINGS: tuple[Setting, ...] = (
             "trace-file mode: room in the export queue beyond `OTEL_BSP_MAX_QUEUE_SIZE` for "
             "spans ending together; past it (a hung disk) spans are dropped and counted "
             "(`queue_full`)", argument=False),
+    Setting("in_flight_interval_s", ("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S",),
+            Number(0, unit="seconds"), lambda r: 1.0 if r["traces_exporter"] == "file" else 0,
+            "while trajectories run, write an in-flight record (the running trajectories, "
+            "their phase and start) this often, for `otel-rollout top` (docs/live.md); 0: off",
+            default_doc="1 with the trace file, else 0 (off)", argument=False),
+    Setting("in_flight_max_listed", ("OTEL_ROLLOUT_IN_FLIGHT_MAX_LISTED",),
+            Number(0, integer=True, unit="trajectories"), 50,
+            "running trajectories listed in an in-flight record (the oldest; all are counted)",
+            argument=False),
+    Setting("announce", ("OTEL_ROLLOUT_ANNOUNCE",), Bool(), True,
+            "`configure()` says once, on stderr, where traces and metrics go and how to watch "
+            "them live; false: silent", argument=False),
     Setting("genai_metrics", ("OTEL_ROLLOUT_GENAI_METRICS",), Bool(), False,
             "also record the GenAI client metrics (gen_ai.client.operation.duration, "
             "gen_ai.client.token.usage) for every generate call"),
@@ -276,6 +288,9 @@ class Settings:
     trace_file_max_mb: float = 128
     trace_file_max_age_s: float = 3600
     trace_file_burst_spans: int = 100_000
+    in_flight_interval_s: float = 0.0
+    in_flight_max_listed: int = 50
+    announce: bool = True
     genai_metrics: bool = False
     metric_export_interval_ms: int = 60000
     bsp_max_queue_size: int = 2048

@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TextIO
 
 from opentelemetry import metrics, trace
@@ -21,6 +22,7 @@ from otel_rollout._accounting.summary import BreakdownCollector
 from otel_rollout._api.tracer import RolloutTracer
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout._processing.genai_metrics import GenAIMetricsProcessor
+from otel_rollout._processing.in_flight import in_flight
 from otel_rollout._processing.loopstall import configure_loop_stalls
 from otel_rollout._processing.sampling import RecordingRatioSampler
 from otel_rollout._settings.table import (
@@ -32,6 +34,7 @@ from otel_rollout._settings.table import (
     Settings,
     resolve,
 )
+from otel_rollout._setup.announce import announce
 from otel_rollout._setup.pipeline import TracePipeline, metric_readers, otlp_exporter
 from otel_rollout._setup.resource import build_resource
 from otel_rollout._setup.rollout import (
@@ -122,6 +125,7 @@ def configure(
             return existing
         rollout = build()
         rollout.is_global = True
+        announce(rollout.settings, rollout.trace_file)
         trace.set_tracer_provider(rollout.tracer_provider)
         metrics.set_meter_provider(rollout.meter_provider)
         _set_global(rollout)
@@ -165,6 +169,7 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
         tracer_provider.add_span_processor(GenAIMetricsProcessor(meter_provider))
 
     pipeline = TracePipeline(settings, meter_provider, resource)
+    pipeline.in_flight = partial(in_flight, processor, settings.in_flight_max_listed)
     try:
         export = pipeline.build(span_exporter)
     except ConfigError:
