@@ -39,7 +39,7 @@ from otel_rollout._accounting.waits import loop_ns
 from otel_rollout._base.semconv import bounded_status
 
 _NS = 1e-9
-_BAND_INDEX = {band: i for i, band in enumerate(A.BANDS)}
+_BAND_INDEX = MappingProxyType({band: i for i, band in enumerate(A.BANDS)})
 #: Not a band: the time of these phases is left out of the trajectory's accounted time.
 _OUTSIDE = "_outside"
 _ENV_CALLS = frozenset((A.PHASE_ENV, A.PHASE_ENV_SETUP, A.PHASE_ENV_TEARDOWN))

@@ -15,8 +15,8 @@ from opentelemetry import trace
 
 from otel_rollout import attributes as A
 from otel_rollout._api.phase_handles import Phase
-from otel_rollout._api.phase_scope import _PhaseScope, current_trajectory
-from otel_rollout._api.trajectory import Trajectory
+from otel_rollout._api.phase_scope import _PhaseScope
+from otel_rollout._api.trajectory import Trajectory, current_trajectory
 from otel_rollout._base.errors import internal_error
 
 T = TypeVar("T")

@@ -12,7 +12,8 @@ from opentelemetry import trace
 
 from otel_rollout import attributes as A
 from otel_rollout._api.phase_handles import Phase
-from otel_rollout._api.phase_scope import _PhaseScope, current_trajectory
+from otel_rollout._api.phase_scope import _PhaseScope
+from otel_rollout._api.trajectory import current_trajectory
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from time import time_ns
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry.trace import Span
@@ -23,23 +24,25 @@ from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
 
 #: Short keyword names accepted by ``generate(**attributes)`` and their GenAI keys.
-_GENAI_SHORT = {
-    "model": A.GEN_AI_REQUEST_MODEL,
-    "max_tokens": A.GEN_AI_REQUEST_MAX_TOKENS,
-    "temperature": A.GEN_AI_REQUEST_TEMPERATURE,
-    "top_p": A.GEN_AI_REQUEST_TOP_P,
-    "top_k": A.GEN_AI_REQUEST_TOP_K,
-    "seed": A.GEN_AI_REQUEST_SEED,
-    "frequency_penalty": A.GEN_AI_REQUEST_FREQUENCY_PENALTY,
-    "presence_penalty": A.GEN_AI_REQUEST_PRESENCE_PENALTY,
-    "stop_sequences": A.GEN_AI_REQUEST_STOP_SEQUENCES,
-    "n": A.GEN_AI_REQUEST_CHOICE_COUNT,
-    "operation": A.GEN_AI_OPERATION_NAME,
-    "provider": A.GEN_AI_PROVIDER_NAME,
-    "system": A.GEN_AI_PROVIDER_NAME,  # the deprecated name of the same thing
-    "input_tokens": A.GEN_AI_USAGE_INPUT_TOKENS,
-    "output_tokens": A.GEN_AI_USAGE_OUTPUT_TOKENS,
-}
+_GENAI_SHORT = MappingProxyType(
+    {
+        "model": A.GEN_AI_REQUEST_MODEL,
+        "max_tokens": A.GEN_AI_REQUEST_MAX_TOKENS,
+        "temperature": A.GEN_AI_REQUEST_TEMPERATURE,
+        "top_p": A.GEN_AI_REQUEST_TOP_P,
+        "top_k": A.GEN_AI_REQUEST_TOP_K,
+        "seed": A.GEN_AI_REQUEST_SEED,
+        "frequency_penalty": A.GEN_AI_REQUEST_FREQUENCY_PENALTY,
+        "presence_penalty": A.GEN_AI_REQUEST_PRESENCE_PENALTY,
+        "stop_sequences": A.GEN_AI_REQUEST_STOP_SEQUENCES,
+        "n": A.GEN_AI_REQUEST_CHOICE_COUNT,
+        "operation": A.GEN_AI_OPERATION_NAME,
+        "provider": A.GEN_AI_PROVIDER_NAME,
+        "system": A.GEN_AI_PROVIDER_NAME,  # the deprecated name of the same thing
+        "input_tokens": A.GEN_AI_USAGE_INPUT_TOKENS,
+        "output_tokens": A.GEN_AI_USAGE_OUTPUT_TOKENS,
+    }
+)
 
 
 class Phase:

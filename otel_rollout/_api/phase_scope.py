@@ -3,23 +3,41 @@ the caller lost it) and ended by the context that entered it; the current trajec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-from otel_rollout import attributes as A
 from otel_rollout._api.phase_handles import Phase
 from otel_rollout._api.recording import _record_exception
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
 
-if TYPE_CHECKING:
-    from otel_rollout._api.trajectory import Trajectory
 
-_CURRENT: ContextVar[Trajectory | None] = ContextVar("otel_rollout_trajectory", default=None)
+class PhaseOwner(Protocol):
+    """What a phase scope needs of its trajectory: its root's context, its clock, and a way
+    to start one of its phase spans (the trajectory numbers turns and restores attributes
+    a sampler dropped)."""
+
+    _ctx: otel_context.Context
+    _clock: Callable[[], int]
+
+    def _start_phase(
+        self,
+        name: str,
+        context: otel_context.Context | None,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        count: int,
+        start_time: int | None,
+    ) -> Span: ...
+
+
+#: The trajectory whose block the caller is in (:func:`otel_rollout.current_trajectory`).
+_CURRENT: ContextVar[Any] = ContextVar("otel_rollout_trajectory", default=None)
 
 
 def _detach(token: object) -> None:
@@ -34,12 +52,6 @@ def _detach(token: object) -> None:
         runtime.detach(token)
     except (ValueError, RuntimeError):
         pass
-
-
-def current_trajectory() -> Trajectory | None:
-    """The trajectory whose block the caller is in, or ``None`` (never an ended one)."""
-    traj = _CURRENT.get()
-    return None if traj is None or traj._ended else traj
 
 
 #: Which per-trajectory counter numbers a phase's ``rollout.turn``.
@@ -57,7 +69,7 @@ class _PhaseScope:
 
     def __init__(
         self,
-        traj: Trajectory,
+        traj: PhaseOwner,
         name: str,
         attrs: dict[str, Any],
         handle: type[Phase],
@@ -73,20 +85,9 @@ class _PhaseScope:
         self._open: list[tuple[Phase, object]] = []
 
     def _start(self, context: otel_context.Context | None, start_time: int | None = None) -> Span:
-        traj = self._traj
-        if self._count == _COUNT_TURN:
-            self._attrs[A.TURN] = traj._turns
-            traj._turns += 1
-        elif self._count == _COUNT_STEP:
-            self._attrs[A.TURN] = traj._env_steps
-            traj._env_steps += 1
-        span = traj._tracer.start_span(
-            self._name, context=context, kind=self._kind, attributes=self._attrs,
-            start_time=traj._clock() if start_time is None else start_time,
-        )  # fmt: skip
-        if traj._restore is not None:  # the sampler dropped the attributes
-            traj._restore(span, self._attrs)
-        return span
+        return self._traj._start_phase(
+            self._name, context, self._kind, self._attrs, self._count, start_time
+        )
 
     def __enter__(self) -> Any:
         traj = self._traj

@@ -17,9 +17,9 @@ from otel_rollout import attributes as A
 from otel_rollout._api.batch_span import BatchInstruments, BatchScope, current_batch, new_batch_id
 from otel_rollout._api.phase_decorator import phase
 from otel_rollout._api.phase_handles import Generation, Phase
-from otel_rollout._api.phase_scope import _CURRENT, _detach, _PhaseScope, current_trajectory
+from otel_rollout._api.phase_scope import _CURRENT, _detach, _PhaseScope
 from otel_rollout._api.recording import _capture_content, _record_exception
-from otel_rollout._api.trajectory import Trajectory
+from otel_rollout._api.trajectory import Trajectory, current_trajectory
 from otel_rollout._base import semconv as _semconv
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from time import time_ns
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -20,7 +21,7 @@ from opentelemetry.util.types import AttributeValue
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._api.phase_handles import _GENAI_SHORT, Generation, Phase
-from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _PhaseScope
+from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _CURRENT, _PhaseScope
 from otel_rollout._api.recording import _evaluation
 from otel_rollout._base import coerce as C
 from otel_rollout._base import semconv as _semconv
@@ -30,7 +31,7 @@ _COUNTS = frozenset(
     (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_REQUEST_MAX_TOKENS)
 )
 #: Short keyword names accepted by ``env_step(**attributes)``.
-_TOOL_SHORT = {"tool": A.GEN_AI_TOOL_NAME, "tool_call_id": A.GEN_AI_TOOL_CALL_ID}
+_TOOL_SHORT = MappingProxyType({"tool": A.GEN_AI_TOOL_NAME, "tool_call_id": A.GEN_AI_TOOL_CALL_ID})
 
 
 class Trajectory:
@@ -91,6 +92,30 @@ class Trajectory:
         mode = mode or _semconv.mode()
         self._latest = mode.latest_names
         self._dup = mode.dup
+
+    def _start_phase(
+        self,
+        name: str,
+        context: otel_context.Context | None,
+        kind: SpanKind,
+        attrs: dict[str, Any],
+        count: int,
+        start_time: int | None,
+    ) -> Span:
+        """Start one phase span (numbered by its counter) for a :class:`_PhaseScope`."""
+        if count == _COUNT_TURN:
+            attrs[A.TURN] = self._turns
+            self._turns += 1
+        elif count == _COUNT_STEP:
+            attrs[A.TURN] = self._env_steps
+            self._env_steps += 1
+        span = self._tracer.start_span(
+            name, context=context, kind=kind, attributes=attrs,
+            start_time=self._clock() if start_time is None else start_time,
+        )  # fmt: skip
+        if self._restore is not None:  # the sampler dropped the attributes
+            self._restore(span, attrs)
+        return span
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -226,3 +251,9 @@ class Trajectory:
             if value is not None:
                 attrs[key] = value
         return _PhaseScope(self, name, attrs, handle)
+
+
+def current_trajectory() -> Trajectory | None:
+    """The trajectory whose block the caller is in, or ``None`` (never an ended one)."""
+    traj = _CURRENT.get()
+    return None if traj is None or traj._ended else traj

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -34,14 +35,18 @@ _YELLOW = "\x1b[33m"
 _BLUE = "\x1b[34m"
 _MAGENTA = "\x1b[35m"
 _CYAN = "\x1b[36m"
-_PHASE_COLORS = {
-    A.PHASE_LLM: _CYAN,
-    A.PHASE_ENV: _YELLOW,
-    A.PHASE_ENV_SETUP: _MAGENTA,
-    A.PHASE_ENV_TEARDOWN: _MAGENTA,
-    A.BAND_OTHER: _BLUE,
-}
-_STATUS_COLORS = {A.STATUS_OK: _GREEN, A.STATUS_ERROR: _RED, A.STATUS_CANCELLED: _YELLOW}
+_PHASE_COLORS = MappingProxyType(
+    {
+        A.PHASE_LLM: _CYAN,
+        A.PHASE_ENV: _YELLOW,
+        A.PHASE_ENV_SETUP: _MAGENTA,
+        A.PHASE_ENV_TEARDOWN: _MAGENTA,
+        A.BAND_OTHER: _BLUE,
+    }
+)
+_STATUS_COLORS = MappingProxyType(
+    {A.STATUS_OK: _GREEN, A.STATUS_ERROR: _RED, A.STATUS_CANCELLED: _YELLOW}
+)
 
 
 def format_duration(seconds: float) -> str:

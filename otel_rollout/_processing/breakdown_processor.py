@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry import metrics
@@ -25,7 +26,7 @@ from otel_rollout._version import __version__
 BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
 _PHASE = A.PHASE
-_EMPTY: dict[str, Any] = {}
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"

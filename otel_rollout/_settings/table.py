@@ -54,6 +54,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as _FsPath
+from types import MappingProxyType
 from typing import Any
 
 from otel_rollout import attributes as A
@@ -84,7 +85,9 @@ TRACES_EXPORTERS = ("otlp", "file", "console", "none")
 METRICS_EXPORTERS = ("otlp", "prometheus", "console", "none")
 PROTOCOLS = ("grpc", "http/protobuf")
 DEFAULT_OUTPUT_DIR = "otel-rollout-output"
-_DEFAULT_ENDPOINT = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+_DEFAULT_ENDPOINT = MappingProxyType(
+    {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
+)
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,7 @@ SETTINGS: tuple[Setting, ...] = (
             "internal errors raise instead of being logged once (tests)", argument=False),
 )  # fmt: skip
 
-BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+BY_NAME: Mapping[str, Setting] = MappingProxyType({s.name: s for s in SETTINGS})
 
 
 @dataclass(frozen=True)
@@ -325,7 +328,7 @@ def _default_endpoint(protocol: str, signal: str) -> str:
     return base + f"/v1/{signal}" if protocol == "http/protobuf" else base
 
 
-_fields = {f.name for f in dataclasses.fields(Settings)} - {"sources"}
+_fields = frozenset(f.name for f in dataclasses.fields(Settings)) - {"sources"}
 if _fields != set(BY_NAME):  # pragma: no cover - a setting added to one place only
     raise AssertionError(f"Settings fields and SETTINGS differ: {_fields ^ set(BY_NAME)}")
 

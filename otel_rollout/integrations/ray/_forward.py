@@ -12,11 +12,8 @@ from typing import Any
 
 from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
 from otel_rollout._setup.rollout import get_rollout
+from otel_rollout.integrations.ray._worker import NEXT_HOOK_ENV, SETUP_HOOK, setup_worker
 
-#: The string form of the setup hook, for ``runtime_env["worker_process_setup_hook"]``.
-SETUP_HOOK = "otel_rollout.integrations.ray.setup_worker"
-#: A user's own string setup hook, run by :func:`setup_worker` after configuring.
-NEXT_HOOK_ENV = "OTEL_ROLLOUT_RAY_NEXT_HOOK"
 #: ``runtime_env(**settings)`` names and the variable each one becomes in the workers.
 SETTING_VARS: dict[str, str] = {s.name: s.variable for s in SETTINGS}
 
@@ -73,8 +70,6 @@ def runtime_env(base: Mapping[str, Any] | None = None, **settings: Any) -> dict[
     _apply(env_vars, {str(k): str(v) for k, v in base_vars.items()})
     _apply(env_vars, explicit)
 
-    from otel_rollout.integrations.ray._worker import setup_worker
-
     hook = env.get("worker_process_setup_hook")
     if hook is None or hook == SETUP_HOOK or hook is setup_worker:
         env["worker_process_setup_hook"] = SETUP_HOOK
@@ -92,8 +87,6 @@ def runtime_env(base: Mapping[str, Any] | None = None, **settings: Any) -> dict[
 
 
 def _chain(user_hook: Callable[[], Any]) -> Callable[[], Any]:
-    from otel_rollout.integrations.ray._worker import setup_worker
-
     def otel_rollout_setup_worker() -> None:
         setup_worker()
         user_hook()

@@ -11,7 +11,12 @@ from typing import Any
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._setup.resource import ray_attributes
 from otel_rollout._setup.rollout import Rollout, get_rollout
-from otel_rollout.integrations.ray._forward import NEXT_HOOK_ENV, SETUP_HOOK
+
+#: The string form of the setup hook, for ``runtime_env["worker_process_setup_hook"]``.
+SETUP_HOOK = "otel_rollout.integrations.ray.setup_worker"
+#: A user's own string setup hook, run by :func:`setup_worker` after configuring.
+NEXT_HOOK_ENV = "OTEL_ROLLOUT_RAY_NEXT_HOOK"
+
 
 _log = logging.getLogger("otel_rollout.ray")
 _setup_lock = threading.Lock()
