@@ -255,6 +255,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("semconv_opt_in", (A.SEMCONV_OPT_IN_ENV,), Text(), None,
             f"`{A.SEMCONV_GENAI_LATEST}`: the latest GenAI span names; `{A.SEMCONV_GENAI_DUP}`:"
             " old and new attributes both", default_doc="none", argument=False),
+    Setting("flush_on_signals", ("OTEL_ROLLOUT_FLUSH_ON_SIGNALS",), Bool(), True,
+            "the global `configure()` flushes (and prints the summary) on `SIGTERM` and "
+            "`SIGHUP` before the process ends as the signal would, or before the handler "
+            "set earlier runs (docs/reliability.md)", argument=False),
     Setting("raise_internal_errors", ("OTEL_ROLLOUT_RAISE_INTERNAL_ERRORS",), Bool(), False,
             "internal errors raise instead of being logged once (tests)", argument=False),
 )  # fmt: skip
@@ -302,6 +306,7 @@ class Settings:
     capture_content: bool = False
     capture_max_chars: int = 2000
     semconv_opt_in: str | None = None
+    flush_on_signals: bool = True
     raise_internal_errors: bool = False
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False,
                                                    repr=False)  # fmt: skip
