@@ -43,6 +43,7 @@ from otel_rollout._setup.rollout import (
     RunningSummary,
     _global_lock,
     _set_global,
+    flush_on_signals,
     get_rollout,
     register_for_exit,
 )
@@ -129,6 +130,8 @@ def configure(
         trace.set_tracer_provider(rollout.tracer_provider)
         metrics.set_meter_provider(rollout.meter_provider)
         _set_global(rollout)
+        if rollout.settings.flush_on_signals and not rollout.settings.disabled:
+            flush_on_signals()  # SIGTERM, SIGHUP: flush and summarise, then end as they would
         return rollout
 
 

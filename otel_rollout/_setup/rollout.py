@@ -10,17 +10,20 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 from otel_rollout._accounting.reward import RewardColumns, RewardVsLatency
 from otel_rollout._accounting.summary import _KEY_NAMES, BreakdownCollector
 from otel_rollout._api.tracer import RolloutTracer
+from otel_rollout._base import standby
 from otel_rollout._base.bounded import BoundedCall
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._export.guarded import ExportStats
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout._settings.table import Settings
+from otel_rollout._setup import preemption, workers
 
 _log = logging.getLogger("otel_rollout")
 
@@ -130,7 +133,7 @@ class Rollout:
     _summary: RunningSummary | None = field(default=None, repr=False)
     _export: list = field(default_factory=list, repr=False)
     _closers: list = field(default_factory=list, repr=False)
-    _shutdown_worker: threading.Thread | None = field(default=None, repr=False)
+    _shutdown_worker: threading.Thread | standby.Job | None = field(default=None, repr=False)
     _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _flush: BoundedCall | None = field(default=None, repr=False)
 
@@ -170,13 +173,12 @@ class Rollout:
         with self._shutdown_lock:
             worker = self._shutdown_worker
             first = worker is None
-            if first:
-                worker = self._shutdown_worker = threading.Thread(
-                    target=self._stop, name="otel-rollout-shutdown", daemon=True
-                )
-                worker.start()
+            if first:  # a thread even at exit on 3.12.0/3.12.1 (otel_rollout._base.standby)
+                worker = self._shutdown_worker = standby.start(self._stop, "otel-rollout-shutdown")
         if first:
             _exit_registry.pop(id(self), None)
+            if self.is_global:  # the handlers it put on SIGTERM/SIGHUP, where still set
+                preemption.uninstall()
         worker.join(timeout_s)
         done = not worker.is_alive()
         if first:
@@ -273,6 +275,8 @@ def register_for_exit(rollout: Rollout) -> None:
         weakref.ref(rollout.meter_provider, forget),
         rollout._closers,
     )
+    standby.prepare()  # where exit hooks cannot start threads, one that waits till then
+    workers.watch(_shutdown_at_exit)  # multiprocessing workers end through os._exit
     with _exit_lock:
         _exit_registry[key] = entry
         if not _exit_hooked:
@@ -280,20 +284,38 @@ def register_for_exit(rollout: Rollout) -> None:
             _exit_hooked = True
 
 
-def _shutdown_at_exit() -> None:
+def _shutdown_at_exit(timeout_s: float = EXIT_TIMEOUT_S) -> None:
+    """Shut down every setup of this process not shut down yet (at exit, at the end of a
+    multiprocessing worker, on a signal that ends the process), each within ``timeout_s``."""
     with _exit_lock:
         entries = list(_exit_registry.values())
     for ref, tp_ref, mp_ref, closers in entries:
         rollout = ref()
         if rollout is not None:
-            rollout.shutdown(EXIT_TIMEOUT_S)
+            rollout.shutdown(timeout_s)
             continue
         tp, mp = tp_ref(), mp_ref()
         if tp is None and mp is None:
             continue
-        worker = threading.Thread(target=_stop_providers, args=(tp, mp, closers), daemon=True)
-        worker.start()
-        worker.join(EXIT_TIMEOUT_S)
+        worker = standby.start(partial(_stop_providers, tp, mp, closers), "otel-rollout-exit")
+        worker.join(timeout_s)
+
+
+def _flush_all(timeout_s: float) -> None:
+    """Flush every setup of this process not shut down yet, within ``timeout_s`` in all."""
+    deadline = time.monotonic() + timeout_s
+    with _exit_lock:
+        entries = list(_exit_registry.values())
+    for ref, *_ in entries:
+        rollout = ref()
+        if rollout is not None:
+            rollout.force_flush(max(0.0, deadline - time.monotonic()))
+
+
+def flush_on_signals() -> list[str]:
+    """Flush, summarise and end as the signal would on SIGTERM and SIGHUP (see
+    :mod:`otel_rollout._setup.preemption`); returns the signals now handled."""
+    return preemption.install(_shutdown_at_exit, _flush_all, EXIT_TIMEOUT_S)
 
 
 # --- The process's global handle -------------------------------------------------------------

@@ -1,0 +1,118 @@
+"""Flush on preemption: a signal that ends the process first flushes what was traced.
+
+Slurm (at preemption and at the time limit), Kubernetes, Docker, Ray (``ray stop``),
+``multiprocessing.Pool.terminate()`` and torchrun send ``SIGTERM`` before ``SIGKILL``;
+a closed terminal sends ``SIGHUP``. Their default action ends the process without
+running exit hooks, so spans still queued would vanish uncounted. ``configure()`` (the
+global one, from the main thread, unless ``OTEL_ROLLOUT_FLUSH_ON_SIGNALS=false``) puts a
+handler on these two signals that:
+
+* with no handler of the user's before it (the default action): shuts every setup
+  down within :data:`~otel_rollout._setup.rollout.EXIT_TIMEOUT_S` (flush, the loss
+  count, the summary), then ends the process by the same signal, as it would have;
+* with the user's handler before it (a trainer checkpointing on ``SIGTERM``): flushes
+  within that bound and calls it; what happens next is the user's handler's to decide
+  (a ``sys.exit`` there runs the exit hook, which shuts down).
+
+``SIGINT`` is left alone: it raises ``KeyboardInterrupt``, and the exit hook flushes.
+A signal ignored (``SIG_IGN``, as ``nohup`` sets ``SIGHUP``) or handled outside Python
+is left as it is. A handler the user sets later replaces this one and is never touched.
+The flush runs on a thread of its own: the interrupted main thread may hold a lock it
+needs, and then the bound still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from otel_rollout._base import standby
+
+_log = logging.getLogger("otel_rollout")
+
+#: The signals handled, by name (those a platform lacks are skipped).
+SIGNALS = ("SIGTERM", "SIGHUP")
+
+#: signal number -> the handler this module's replaced
+_previous: dict[int, Any] = {}
+_lock = threading.Lock()
+_actions: dict[str, Callable[[float], Any]] = {}
+_timeout_s = 5.0
+
+
+def install(
+    shutdown_all: Callable[[float], Any], flush_all: Callable[[float], Any], timeout_s: float
+) -> list[str]:
+    """Handle :data:`SIGNALS` as the module says; returns the names handled now.
+
+    ``shutdown_all(timeout_s)`` / ``flush_all(timeout_s)``: shut down / flush every setup
+    of the process. Only from the main thread (elsewhere: nothing, an empty list).
+    """
+    global _timeout_s
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    done = []
+    with _lock:
+        _actions["shutdown"], _actions["flush"] = shutdown_all, flush_all
+        _timeout_s = timeout_s
+        for name in SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None or sig in _previous:
+                continue
+            try:
+                previous = signal.getsignal(sig)
+                if previous is signal.SIG_IGN or previous is None:
+                    continue  # ignored on purpose, or handled outside Python
+                signal.signal(sig, _handler)
+            except (ValueError, OSError):  # not the main interpreter, or not allowed
+                continue
+            _previous[sig] = previous
+            done.append(name)
+    return done
+
+
+def uninstall() -> None:
+    """Put back the handlers replaced, where this module's is still the one set (a
+    handler set since is the user's: it stays). Only from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with _lock:
+        for sig, previous in list(_previous.items()):
+            try:
+                if signal.getsignal(sig) is _handler:
+                    signal.signal(sig, previous)
+            except (ValueError, OSError):
+                continue
+            del _previous[sig]
+
+
+def installed() -> dict[int, Any]:
+    """signal number -> the handler it replaced, for the signals handled now."""
+    return dict(_previous)
+
+
+def _bounded(action: str) -> None:
+    fn = _actions.get(action)
+    if fn is None:
+        return
+    timeout = _timeout_s
+    worker = standby.start(lambda: fn(timeout), f"otel-rollout-{action}-on-signal")
+    worker.join(timeout + 1.0)
+
+
+def _handler(signum: int, frame: Any) -> None:
+    previous = _previous.get(signum, signal.SIG_DFL)
+    name = signal.Signals(signum).name
+    if callable(previous):  # the user's handler: flush, then it decides
+        _bounded("flush")
+        previous(signum, frame)
+        return
+    _log.warning("otel-rollout: %s received: flushing traces (at most %.0f s) before the "
+                 "process ends", name, _timeout_s)  # fmt: skip
+    _bounded("shutdown")
+    # end as the signal would have: the same signal, its default action
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
