@@ -1,0 +1,108 @@
+"""Phases timed where verl times them: ``simple_timer`` as ``tool_agent_loop``,
+``single_turn_agent_loop`` and ``agent_loop`` reference it, replaced in those modules by
+one that opens our phase around verl's own timer.
+
+* ``generate_sequences`` (the ``await server_manager.generate(...)`` of each turn): a
+  ``generate`` (``llm``) phase, current while the call runs, so the client's spans nest
+  under it; ``LLMServerClient.generate`` adds the request and output attributes to it.
+* ``tool_calls`` (the ``await asyncio.gather(*tool calls)`` of each round): a
+  :class:`~otel_rollout.integrations.verl._state.ToolRound`, an ``env_queue`` wait then
+  an ``env`` phase that together cover the timer's block.
+* ``compute_score`` (the streaming reward in ``_compute_score``): a ``reward`` phase, in
+  ``other`` unless ``bands`` maps it.
+
+Our phase starts before verl's timer starts and ends after it stops (microseconds
+apart), so per trajectory our ``llm`` is verl's ``generate_sequences`` and our ``env``
+its ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from otel_rollout import attributes as A
+from otel_rollout._base.errors import internal_error
+from otel_rollout.integrations.verl._state import STATE, State, ToolRound
+
+GENERATE, TOOL_CALLS, COMPUTE_SCORE = "generate_sequences", "tool_calls", "compute_score"
+#: The phase of verl's ``compute_score`` timer.
+REWARD_PHASE = "reward"
+
+
+class _Timed:
+    """verl's timer context manager inside our phase."""
+
+    __slots__ = ("_inner", "_name", "_open", "_state", "_token")
+
+    def __init__(self, inner: Any, name: str, state: State) -> None:
+        self._inner = inner
+        self._name = name
+        self._state = state
+        self._open: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        try:
+            self._begin()
+        except Exception as exc:  # telemetry never stops the loop
+            internal_error("verl timer start", exc)
+        return self._inner.__enter__()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            return self._inner.__exit__(exc_type, exc, tb)
+        finally:
+            try:
+                self._finish(exc)
+            except Exception as err:
+                internal_error("verl timer end", err)
+
+    def _begin(self) -> None:
+        state, traj = self._state, self._state.traj
+        if self._name == GENERATE:
+            gen = traj.generate(operation=A.OP_TEXT_COMPLETION).start(
+                context=otel_context.get_current()
+            )
+            state.gen = self._open = gen
+            self._token = otel_context.attach(trace.set_span_in_context(gen.span))
+        elif self._name == TOOL_CALLS:
+            state.round = self._open = ToolRound(traj, traj._clock())
+        else:
+            phase = traj.phase(REWARD_PHASE).start(context=otel_context.get_current())
+            self._open = phase
+            self._token = otel_context.attach(trace.set_span_in_context(phase.span))
+
+    def _finish(self, exc: BaseException | None) -> None:
+        opened, state = self._open, self._state
+        if opened is None:
+            return
+        end = state.traj._clock()
+        if self._token is not None:
+            with contextlib.suppress(Exception):
+                otel_context.detach(self._token)
+        if isinstance(opened, ToolRound):
+            if state.round is opened:
+                state.round = None
+            opened.close(end, exc)
+            return
+        if state.gen is opened:
+            state.gen = None
+        if exc is not None:
+            opened.record_error(exc)
+        opened.end(end)
+
+
+def timer_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``simple_timer(name, timing_raw)``: ours around verl's for the three names."""
+    inner = wrapped(*args, **kwargs)
+    state = STATE.get()
+    if state is None:
+        return inner
+    name = args[0] if args else kwargs.get("name")
+    if name not in (GENERATE, TOOL_CALLS, COMPUTE_SCORE):
+        return inner
+    return _Timed(inner, name, state)
