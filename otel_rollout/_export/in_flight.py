@@ -142,9 +142,13 @@ class InFlightExporter(SpanExporter):
 
     def start(self) -> None:
         if self._thread is None and not self._shut:
-            self._thread = threading.Thread(target=self._run, name="otel-rollout-in-flight",
-                                            daemon=True)  # fmt: skip
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="otel-rollout-in-flight",
+                                      daemon=True)  # fmt: skip
+            try:
+                thread.start()
+            except RuntimeError:  # at exit on 3.12.0/3.12.1: no records, spans still go
+                return
+            self._thread = thread
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._thread is None:
