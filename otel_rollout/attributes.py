@@ -197,6 +197,12 @@ VLLM_RESOURCE_KEY: Final = "vllm.instrumenting_module_name"
 GEN_AI_USAGE_CACHE_READ: Final = GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
 #: True when the consumer closed a stream before the engine's final output.
 GENERATE_CLOSED_EARLY: Final = "rollout.generate.closed_early"
+#: ``n > 1``: how many samples' engine timings the generate span holds (vLLM hands them
+#: out per sample), and each sample's own value of a ``gen_ai.latency.*`` key, by
+#: completion index, under this prefix plus the key's last part
+#: (``rollout.vllm.sample.time_in_queue``). The plain keys then hold the request's union.
+VLLM_SAMPLES_TIMED: Final = "rollout.vllm.samples_timed"
+VLLM_SAMPLE_PREFIX: Final = "rollout.vllm.sample."
 
 # --- GenAI client metrics (conventions' names, units and bucket advice) -------------------
 METRIC_GENAI_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
