@@ -11,17 +11,46 @@ from typing import NoReturn
 
 _CLI_HINT = "pip install 'otel-rollout[cli]'"
 
-JAEGER_HINT = (
-    "Open it in Jaeger: run Jaeger (docker run --rm -p 16686:16686 -p 4318:4318 "
-    "jaegertracing/jaeger:2.12.0), open http://localhost:16686, Search > Upload, and pick "
-    "the file (OTLP JSON); or re-run with OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318."
-)
-
-
 _JAEGER_URL_HELP = (
-    "Jaeger UI the batch timelines link trace ids to (default: $OTEL_ROLLOUT_JAEGER_URL, "
+    "Jaeger UI the pictures link trace ids to (default: $OTEL_ROLLOUT_JAEGER_URL, "
     "else http://localhost:16686, the compose stack's)"
 )
+_VERBOSE_HELP = "every table: per band, engine split, event loop, rewards, batches"
+_DEMO_MORE = "more tables: --verbose; every figure: the report line below, --format json"
+#: The demo's env classes (kept here so --help needs no import of the demo).
+DEMO_ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
+
+
+def _at_least_one(value: str) -> int:
+    """An integer >= 1 (trajectories, concurrency)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _env_list(value: str) -> tuple[str, ...]:
+    """Comma-separated demo env classes, each one of :data:`DEMO_ENVS`."""
+    envs = tuple(e.strip() for e in value.split(",") if e.strip())
+    unknown = [e for e in envs if e not in DEMO_ENVS]
+    if unknown or not envs:
+        what = f"unknown env class {', '.join(map(repr, unknown))}" if unknown else "no env class"
+        raise argparse.ArgumentTypeError(f"{what}; choose from {','.join(DEMO_ENVS)}")
+    return envs
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each option's default (those that have one worth showing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or isinstance(action.default, list):
+            return action.help
+        if isinstance(action.default, tuple):  # --envs
+            return f"{action.help} (default: {','.join(action.default)})"
+        return super()._get_help_string(action)
 
 
 def _need(*modules: str) -> None:
@@ -92,33 +121,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"otel-rollout {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineErrors)
-    ex = sub.add_parser("example", help="run a small traced rollout and print its breakdown")
-    ex.add_argument("-n", "--trajectories", type=int, default=16, help="trajectories to run")
+    ex = sub.add_parser(
+        "example",
+        help="run a small traced rollout and print its breakdown",
+        formatter_class=_Help,
+        description=(
+            "Run toy trajectories (sleeps standing in for generate and env steps) through "
+            "otel_rollout.configure(local=True), the way a trainer would, and print "
+            "summarize()'s dict: SkyRL's generate/trajectory_time_* keys. Traces go to an "
+            "OTLP JSON lines file under otel-rollout-output/, unless OTEL_EXPORTER_OTLP_"
+            "ENDPOINT sends them to a Collector."
+        ),
+    )
+    ex.add_argument("-n", "--trajectories", type=_at_least_one, default=16,
+                    help="trajectories to run")  # fmt: skip
     ex.set_defaults(func=_example)
 
     demo = sub.add_parser(
         "demo",
-        help="run a traced concurrent rollout on real skyrl-gym envs; table, trace, pictures",
+        help="run a traced concurrent rollout on real skyrl-gym envs; verdict, tables, pictures",
+        formatter_class=_Help,
         description=(
             "Run concurrent trajectories on skyrl-gym's gsm8k_multi_turn, text2sql (a SQLite "
             "database is created in the output dir) and lcb (generated code run against test "
             "cases in a subprocess) envs, as one batch, against a simulated "
             "continuous-batching inference server (--engine sim) or any OpenAI-compatible "
-            "server (--engine openai). Writes an OTLP JSON lines trace file, a PNG and an "
-            "HTML page. Also exports over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."
+            "server (--engine openai). Prints the verdict (where the time went, the batch "
+            "tail, stragglers, losses), then the tables. Writes an OTLP JSON lines trace "
+            "file, PNGs and HTML pages. Also exports over OTLP when "
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set."
         ),
     )
-    demo.add_argument("-n", "--trajectories", type=int, default=64)
-    demo.add_argument("--concurrency", type=int, default=16)
-    demo.add_argument(
-        "--envs", default="gsm8k_multi_turn,text2sql,lcb", help="comma-separated env classes"
-    )
-    demo.add_argument("--engine", choices=("sim", "openai"), default="sim")
+    demo.add_argument("-n", "--trajectories", type=_at_least_one, default=64,
+                      help="trajectories to run, one batch")  # fmt: skip
+    demo.add_argument("--concurrency", type=_at_least_one, default=16,
+                      help="trajectories running at once")  # fmt: skip
+    demo.add_argument("--envs", type=_env_list, default=DEMO_ENVS, metavar="ENV[,ENV...]",
+                      help=f"env classes, round robin; from {','.join(DEMO_ENVS)}")  # fmt: skip
+    demo.add_argument("--engine", choices=("sim", "openai"), default="sim",
+                      help="simulated engine, or an OpenAI-compatible server")  # fmt: skip
     demo.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
     demo.add_argument("--model", help="model name for --engine openai")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--output-dir", default="otel-rollout-demo", type=Path)
+    demo.add_argument("--seed", type=int, default=0, help="seed of the workload and engine")
+    demo.add_argument("--output-dir", default=Path("otel-rollout-output"), type=Path,
+                      help="where the trace file, pictures and SQLite database go")  # fmt: skip
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     demo.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     demo.add_argument(
         "--linger",
@@ -133,19 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser(
         "report",
         help="recompute breakdowns from a trace file, Jaeger or Tempo",
+        formatter_class=_Help,
         description=(
             "Read traces back and recompute each trajectory's breakdown with the same "
-            "function the online processor uses. PATH_OR_URL (one or more, read as one "
-            "stream): OTLP JSON lines files or globs ('traces-*.jsonl'); a Jaeger query URL "
-            "(http://host:16686/api/traces?service=NAME); or a Tempo search URL "
+            "function the online processor uses; print the verdict, then the tables. "
+            "PATH_OR_URL (one or more, read as one stream): OTLP JSON lines files, globs "
+            "('traces-*.jsonl') or folders (their traces-*.jsonl files); a Jaeger base URL "
+            "(http://host:16686, service from --service, else $OTEL_SERVICE_NAME, else "
+            "otel-rollout, configure()'s default) or query URL; or a Tempo search URL "
             "(http://host:3200/api/search?tags=...). Exit codes: 0 report printed, 1 no "
             "trajectories in the input, 2 bad arguments, 3 input cannot be read."
         ),
     )
-    rep.add_argument("source", metavar="PATH_OR_URL", nargs="+")
+    rep.add_argument("source", metavar="PATH_OR_URL", nargs="+",
+                     help="trace files, globs, folders, Jaeger or Tempo URLs")  # fmt: skip
     rep.add_argument("--env", help="only this env class")
     rep.add_argument("--model", help="only this model")
     rep.add_argument("--service", help="only traces of this service.name")
+    rep.add_argument("--by", choices=("env", "run"), default="env",
+                     help="group the tables by env class or by run (rollout.run.id)")  # fmt: skip
+    rep.add_argument("-v", "--verbose", action="store_true",
+                     help=f"{_VERBOSE_HELP}, incomplete trace ids")  # fmt: skip
     rep.add_argument("--since", type=_parse_time, help="ISO time or unix seconds")
     rep.add_argument("--until", type=_parse_time, help="ISO time or unix seconds")
     rep.add_argument(
@@ -155,15 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PHASE=BAND",
         help="map a phase to a band (llm, env, env_setup, env_teardown, other)",
     )
-    rep.add_argument("--format", choices=("table", "json"), default="table")
-    rep.add_argument("--output-dir", type=Path, help="where pictures go (default: none)")
+    rep.add_argument("--format", choices=("table", "json"), default="table",
+                     help="tables on the terminal, or every figure as JSON on stdout")  # fmt: skip
+    rep.add_argument("--output-dir", type=Path, help="write the pictures and HTML pages here")
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     rep.add_argument(
         "--baseline",
         action="append",
         metavar="PATH_OR_URL",
         help="compare with another run (repeatable for several files): per env class and "
-        "band, both means and p90s, the difference and a bootstrap 95%% interval",
+        "band, both means, the difference, a bootstrap 95%% interval and a Holm-adjusted "
+        "p-value; * marks a difference beyond noise across all comparisons and at least "
+        "5%% and 1 ms (docs/demo.md)",
     )
     rep.set_defaults(func=_report)
     return parser
@@ -176,24 +235,6 @@ def _example(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(console, data, out_dir: Path | None, title: str, batch_spans=None,
-          jaeger_url: str | None = None) -> None:  # fmt: skip
-    from otel_rollout.report._tables import print_slowest, print_table, print_waits
-
-    print_table(console, data, title)
-    print_slowest(console, data)
-    print_waits(console, data)
-    if out_dir is not None and data.count:
-        from otel_rollout.report._pictures import draw
-
-        png, page = draw(data, out_dir)
-        console.print(f"pictures: {png}  {page}")
-    if len(data.batches):
-        from otel_rollout.report._command import show_batches
-
-        show_batches(console, data, batch_spans or {}, out_dir, jaeger_url)
-
-
 def _demo(args: argparse.Namespace) -> int:
     _need("rich", "matplotlib", "skyrl_gym")
     import asyncio
@@ -202,11 +243,12 @@ def _demo(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from otel_rollout.demo._engine import OpenAIEngine, SimEngine
+    from otel_rollout.demo._hints import jaeger_hint, report_command
     from otel_rollout.demo._run import run_demo_async
     from otel_rollout.report import read_trace_file
     from otel_rollout.report._aggregate import ReportData
+    from otel_rollout.report._render import show
 
-    envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
     if args.engine == "openai":
         if not args.base_url or not args.model:
             raise SystemExit("otel-rollout: --engine openai needs --base-url and --model")
@@ -220,7 +262,7 @@ def _demo(args: argparse.Namespace) -> int:
             run_demo_async(
                 n=args.trajectories,
                 concurrency=args.concurrency,
-                envs=envs,
+                envs=tuple(args.envs),
                 engine=engine,
                 seed=args.seed,
                 output_dir=args.output_dir,
@@ -233,16 +275,21 @@ def _demo(args: argparse.Namespace) -> int:
         read = read_trace_file(result.trace_file)
         phases = {t.breakdown.trace_id: t.phases for t in read.trajectories}
         batch_spans = read.batches
-    data = ReportData.of(result.breakdowns, phases)
-    _show(console, data, args.output_dir, "demo (online breakdowns)", batch_spans,
-          args.jaeger_url)  # fmt: skip
-    if result.errors:
-        console.print(f"[red]{result.errors} trajectories failed[/red]")
-    rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))
-    console.print(f"mean reward: {rewards}")
-    console.print(f"trace file: {result.trace_file}")
-    console.print(f"recompute offline: otel-rollout report {result.trace_file}")
-    console.print(JAEGER_HINT)
+    data = ReportData.of(result.breakdowns, phases, run_id=result.run_id)
+    show(console, data, title="demo (online breakdowns)", batch_spans=batch_spans,
+         out_dir=args.output_dir, jaeger_url=args.jaeger_url, verbose=args.verbose,
+         failures=result.failures, losses=result.losses, exported=result.exported,
+         more=_DEMO_MORE)  # fmt: skip
+    if result.rewards:
+        rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))
+        console.print(f"mean reward: {rewards}", markup=False, highlight=False)
+    console.print(f"trace file: {result.trace_file}", markup=False, highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    console.print("recompute offline:", markup=False, highlight=False)
+    console.print(f"  {report_command(result.trace_file)}", markup=False, highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    for line in jaeger_hint():
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0 if not result.errors else 1
 
 

@@ -20,8 +20,40 @@ from otel_rollout._api.recording import (
     _record_exception,
 )
 from otel_rollout._base import coerce as C
-from otel_rollout._base.errors import internal_error
+from otel_rollout._base.errors import internal_error, warn_once
 from otel_rollout._processing import loopstall as _loopstall
+
+#: OpenAI's usage field names, accepted by ``Generation.record``.
+_OPENAI_USAGE = frozenset(("prompt_tokens", "completion_tokens", "total_tokens"))
+
+
+def _openai_usage(input_tokens: Any, output_tokens: Any, attributes: dict[str, Any]) -> tuple:
+    """``prompt_tokens``/``completion_tokens`` popped from ``attributes`` as the input and
+    output counts (the GenAI names win when both are given); ``total_tokens`` popped and
+    checked against their sum. Disagreements are warned about once per kind."""
+    prompt = attributes.pop("prompt_tokens", None)
+    completion = attributes.pop("completion_tokens", None)
+    total = attributes.pop("total_tokens", None)
+    pairs = ((input_tokens, prompt, "prompt_tokens/input_tokens"),
+             (output_tokens, completion, "completion_tokens/output_tokens"))  # fmt: skip
+    for ours, theirs, name in pairs:
+        if (
+            ours is not None
+            and theirs is not None
+            and C.to_count(ours, name) != C.to_count(theirs, name)
+        ):
+            warn_once(f"record.{name}", "otel-rollout: Generation.record got both %s with "
+                      "different values; the GenAI name's is recorded", name)  # fmt: skip
+    input_tokens = prompt if input_tokens is None else input_tokens
+    output_tokens = completion if output_tokens is None else output_tokens
+    if total is not None:
+        counts = [C.to_count(v, "tokens") for v in (input_tokens, output_tokens)]
+        t = C.to_count(total, "total_tokens")
+        if t is not None and None not in counts and sum(counts) != t:
+            warn_once("record.total_tokens", "otel-rollout: Generation.record: total_tokens "
+                      "%s is not input + output (%s + %s); not recorded", t, *counts)  # fmt: skip
+    return input_tokens, output_tokens
+
 
 #: Short keyword names accepted by ``generate(**attributes)`` and their GenAI keys.
 _GENAI_SHORT = MappingProxyType(
@@ -110,10 +142,16 @@ class Generation(Phase):
         """Record token counts and why generation stopped (GenAI attributes).
 
         Token counts may be lists (one per sample when n > 1): their sum is recorded.
-        ``finish_reasons="stop"`` is one reason. Other keywords are set as attributes
-        (short names such as ``temperature`` map to their GenAI keys).
+        OpenAI's usage names are accepted too: ``prompt_tokens`` and ``completion_tokens``
+        count as ``input_tokens`` and ``output_tokens``, and ``total_tokens`` is only
+        checked against their sum (a mismatch, or a name given twice with two values, is
+        warned about once). ``finish_reasons="stop"`` is one reason. Other keywords are
+        set as attributes (short names such as ``temperature`` map to their GenAI keys).
         """
         try:
+            if attributes.keys() & _OPENAI_USAGE:
+                input_tokens, output_tokens = _openai_usage(input_tokens, output_tokens,
+                                                            attributes)  # fmt: skip
             span = self.span
             for key, value in (
                 (A.GEN_AI_USAGE_INPUT_TOKENS, input_tokens),

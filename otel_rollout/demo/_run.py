@@ -26,6 +26,19 @@ from otel_rollout._setup.config import configure
 
 ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 SERVICE = "otel-rollout-demo"
+#: Where the demo writes (the same folder as configure()'s trace files). Folders written
+#: by older versions (``otel-rollout-demo/``) stay readable by ``otel-rollout report``.
+OUTPUT_DIR = Path("otel-rollout-output")
+
+
+def check_envs(envs: tuple[str, ...]) -> tuple[str, ...]:
+    """``envs`` if each is one of :data:`ENVS` (at least one); else a ValueError naming
+    the unknown ones and the valid names."""
+    unknown = [e for e in envs if e not in ENVS]
+    if unknown or not envs:
+        what = f"unknown env class {', '.join(map(repr, unknown))}" if unknown else "no env class"
+        raise ValueError(f"{what}; choose from {', '.join(ENVS)}")
+    return envs
 
 
 def _data(name: str) -> str:
@@ -72,6 +85,9 @@ class Providers:
     collector: BreakdownCollector
     trace_file: Path
     shutdown: Any
+    #: The handle's export counts (spans exported, dropped by reason).
+    export_stats: Any = None
+    run_id: str | None = None
 
 
 def make_providers(output_dir: Path) -> Providers:
@@ -90,7 +106,8 @@ def make_providers(output_dir: Path) -> Providers:
         trace_file = output_dir / f"traces-{handle.settings['run_id']}.jsonl"
         trace_file.unlink(missing_ok=True)
         handle.tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(trace_file)))
-    return Providers(handle.tracer, handle.collector, Path(trace_file), handle.shutdown)
+    return Providers(handle.tracer, handle.collector, Path(trace_file), handle.shutdown,
+                     lambda: handle.export_stats, str(handle.settings["run_id"]))  # fmt: skip
 
 
 @dataclass
@@ -101,6 +118,12 @@ class DemoResult:
     errors: int = 0
     #: The step's batch analysis (tail, stragglers, engine demand).
     batch: BatchAnalysis | None = None
+    #: Failed trajectories by reason (``KeyError: 'x'``), the count of each.
+    failures: dict[str, int] = field(default_factory=dict)
+    #: Spans lost on the way out, by reason; spans exported.
+    losses: dict[str, int] = field(default_factory=dict)
+    exported: int = 0
+    run_id: str | None = None
 
 
 def _gsm8k_action(rng: random.Random, answer: str, turn: int) -> str:
@@ -224,13 +247,20 @@ async def run_demo_async(
     envs: tuple[str, ...] = ENVS,
     engine: Any = None,
     seed: int = 0,
-    output_dir: Path = Path("otel-rollout-demo"),
+    output_dir: Path = OUTPUT_DIR,
     on_done: Any = None,
     linger_s: float = 0.0,
 ) -> DemoResult:
     """Run ``n`` trajectories; ``linger_s`` keeps the providers up that long after the run
-    (before shutdown), so a Prometheus pull endpoint can be scraped for the final values."""
+    (before shutdown), so a Prometheus pull endpoint can be scraped for the final values.
+    ``n`` and ``concurrency`` must be at least 1 and ``envs`` names from :data:`ENVS`
+    (ValueError otherwise, before anything runs)."""
     from otel_rollout.demo._engine import SimEngine
+
+    for name, value in (("n", n), ("concurrency", concurrency)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_envs(tuple(envs))
 
     output_dir.mkdir(parents=True, exist_ok=True)
     engine = engine or SimEngine(seed=seed)
@@ -240,17 +270,17 @@ async def run_demo_async(
     prov = make_providers(output_dir)
     sem = asyncio.Semaphore(concurrency)
     ctx["env_pool"] = ThreadPoolExecutor(SQL_ENV_WORKERS, thread_name_prefix="demo-env")
-    errors = 0
+    failures: dict[str, int] = {}
     rewards: dict[str, list[float]] = {}
 
     async def one(i: int) -> None:
-        nonlocal errors
         env_class = envs[i % len(envs)]
         try:
             r = await _trajectory(i, env_class, prov, engine, ctx, sem, seed)
             rewards.setdefault(env_class, []).append(r)
-        except Exception:
-            errors += 1
+        except Exception as exc:  # recorded on the span; summarised by reason here
+            why = f"{type(exc).__name__}: {exc}"[:120]
+            failures[why] = failures.get(why, 0) + 1
         if on_done is not None:
             on_done()
 
@@ -264,4 +294,8 @@ async def run_demo_async(
         ctx["env_pool"].shutdown(wait=False)
         prov.shutdown()
     mean = {k: sum(v) / len(v) for k, v in rewards.items() if v}
-    return DemoResult(prov.collector.drain(), prov.trace_file, mean, errors, batch.analysis)
+    stats = prov.export_stats() if prov.export_stats is not None else None
+    losses = {k: n for k, n in stats.losses().items() if n} if stats is not None else {}
+    return DemoResult(prov.collector.drain(), prov.trace_file, mean, sum(failures.values()),
+                      batch.analysis, failures, losses,
+                      stats.exported if stats is not None else 0, prov.run_id)  # fmt: skip

@@ -10,22 +10,54 @@ from __future__ import annotations
 import heapq
 import itertools
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.reward import RewardColumns, reward_keys
 from otel_rollout._accounting.summary import SUMMARY_FIELDS, WAIT_FIELDS, summarize_columns
 from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
 
+#: Distinct run ids and failure reasons counted (beyond these, only totals grow).
+MAX_KEYS = 1000
+#: What the report can group trajectories by (``--by``).
+GROUP_BY = ("env", "run")
+
+
+def _tally(counter: Counter, key: Any) -> None:
+    if key in counter or len(counter) < MAX_KEYS:
+        counter[key] += 1
+
+
+def failure_reason(b: Breakdown) -> str | None:
+    """Why a trajectory did not end ``ok``: its status and, when recorded, error type."""
+    if b.status == A.STATUS_OK:
+        return None
+    detail = b.attributes.get("error.type") or b.attributes.get(A.STATUS_DETAIL)
+    return f"{b.status}: {detail}" if detail else str(b.status)
+
 
 class ReportData:
-    """Accumulates trajectories: ``add(trajectory)``, then read the groups and slowest."""
+    """Accumulates trajectories: ``add(trajectory)``, then read the groups and slowest.
 
-    def __init__(self, slowest: int = 5) -> None:
+    ``by="env"`` groups the tables by env class, ``by="run"`` by the writer's run id
+    (``rollout.run.id``). Whatever the grouping, the run ids, env classes and failure
+    reasons seen are counted (``runs``, ``env_classes``, ``failures``)."""
+
+    def __init__(self, slowest: int = 5, by: str = "env") -> None:
+        if by not in GROUP_BY:
+            raise ValueError(f"by must be one of {', '.join(GROUP_BY)}, got {by!r}")
+        self.by = by
+        #: The tables' first column: what a group is.
+        self.group_label = "env class" if by == "env" else "run"
+        self.runs: Counter = Counter()
+        self.env_classes: Counter = Counter()
+        self.failures: Counter = Counter()
         self.count = 0
         self._k = slowest
         self._groups: dict[Any, dict[str, array]] = {}
@@ -46,38 +78,46 @@ class ReportData:
         breakdowns: Iterable[Breakdown],
         phases: Mapping[str, Sequence[PhaseInterval]] | None = None,
         slowest: int = 5,
+        run_id: str | None = None,
     ) -> ReportData:
         """From breakdowns in memory (the demo's online ones), phases by trace id."""
         data = cls(slowest)
         for b in breakdowns:
-            data.add(TrajectoryTrace(b, list((phases or {}).get(b.trace_id, ()))))
+            phs = list((phases or {}).get(b.trace_id, ()))
+            data.add(TrajectoryTrace(b, phs, run_id=run_id))
         return data
 
     def add(self, trajectory: TrajectoryTrace) -> None:
         b = trajectory.breakdown
         self.count += 1
-        cols = self._groups.get(b.env_class)
+        _tally(self.runs, trajectory.run_id)
+        _tally(self.env_classes, b.env_class)
+        reason = failure_reason(b)
+        if reason is not None:
+            _tally(self.failures, reason)
+        key = b.env_class if self.by == "env" else trajectory.run_id
+        cols = self._groups.get(key)
         if cols is None:
-            cols = self._groups[b.env_class] = {f: array("d") for f in SUMMARY_FIELDS}
+            cols = self._groups[key] = {f: array("d") for f in SUMMARY_FIELDS}
         for f in SUMMARY_FIELDS:
             cols[f].append(getattr(b, f))
         self.batches.add(b)
         self.rewards.add_breakdown(b)
-        self._add_waits(b)
+        self._add_waits(b, key)
         item = (b.e2e, next(self._tie), trajectory)
         if len(self._heap) < self._k:
             heapq.heappush(self._heap, item)
         elif self._k and item[0] > self._heap[0][0]:
             heapq.heapreplace(self._heap, item)
 
-    def _add_waits(self, b: Breakdown) -> None:
+    def _add_waits(self, b: Breakdown, key: Any) -> None:
         known = {f: v for f in WAIT_FIELDS if (v := getattr(b, f, None)) is not None}
-        cols = self._waits.get(b.env_class)
+        cols = self._waits.get(key)
         if cols is None:
             if not known:
                 return
-            n_before = len(self._groups[b.env_class][SUMMARY_FIELDS[0]]) - 1
-            cols = self._waits[b.env_class] = {
+            n_before = len(self._groups[key][SUMMARY_FIELDS[0]]) - 1
+            cols = self._waits[key] = {
                 f: array("d", [float("nan")] * n_before) for f in WAIT_FIELDS
             }
         for f in WAIT_FIELDS:

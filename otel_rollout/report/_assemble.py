@@ -173,7 +173,7 @@ class TraceAssembler:
                 engine=engine_from_tree(root.span_id, records, trace.engine),
             )
             result.found += 1
-            self._emit(TrajectoryTrace(bd, phases, root.service))
+            self._emit(TrajectoryTrace(bd, phases, root.service, root.run_id))
 
 
 def breakdowns_from_spans(

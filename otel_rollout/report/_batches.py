@@ -17,6 +17,8 @@ MAX_BATCHES = 100_000
 MAX_BATCH_TRAJECTORIES = 200_000
 #: Batches shown with their own straggler table (the longest tails); all are in the JSON.
 TABLES_SHOWN = 5
+#: Stragglers listed per batch on the terminal.
+STRAGGLERS_SHOWN = 10
 LOSS_BATCH_FULL = "trajectories left out of the batch view: too many kept"
 
 
@@ -138,16 +140,26 @@ def tail_spent_on(a: BatchAnalysis, top: int = 3) -> str:
 
 def print_batches(console: Any, views: list[BatchView]) -> None:
     """An overview row per batch, then a straggler table for the longest tails."""
+    if not views:
+        return
+    print_batches_overview(console, views)
+    shown = sorted(views, key=lambda v: -v.analysis.tail_ns)[:TABLES_SHOWN]
+    for v in sorted(shown, key=lambda v: v.analysis.start_ns):
+        print_batch(console, v)
+    if len(views) > len(shown):
+        console.print(f"({len(views) - len(shown)} more batches: --format json has them all)")
+
+
+def print_batches_overview(console: Any, views: list[BatchView], limit: int | None = None) -> None:
+    """A row per batch (the first ``limit``, then "and N more")."""
     from rich import box
     from rich.table import Table
 
-    if not views:
-        return
-    t = Table(title="batches (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("batch", overflow="fold", max_width=22)
+    t = Table(title="batches (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    t.add_column("batch", overflow="fold", ratio=1)
     for h in ("n", "wall", "tail", "tail %", "tail band", "strag."):
         t.add_column(h, justify="right" if h != "tail band" else "left", no_wrap=True)
-    for v in views:
+    for v in views[:limit]:
         a = v.analysis
         dom = a.dominant_tail_band
         band = f"{dom} {_pct(a.tail_band_frac[dom])}" if dom else "-"
@@ -155,11 +167,8 @@ def print_batches(console: Any, views: list[BatchView]) -> None:
                   f"{a.tail_ns / 1e9:.2f}", _pct(a.tail_frac), band,
                   str(len(a.stragglers)))  # fmt: skip
     console.print(t)
-    shown = sorted(views, key=lambda v: -v.analysis.tail_ns)[:TABLES_SHOWN]
-    for v in sorted(shown, key=lambda v: v.analysis.start_ns):
-        print_batch(console, v)
-    if len(views) > len(shown):
-        console.print(f"({len(views) - len(shown)} more batches: --format json has them all)")
+    if limit is not None and len(views) > limit:
+        console.print(f"and {len(views) - limit} more (see --format json)")
 
 
 def print_batch(console: Any, view: BatchView) -> None:
@@ -176,14 +185,18 @@ def print_batch(console: Any, view: BatchView) -> None:
         f"llm concurrency mean {a.llm_concurrency_mean:.1f}, max {a.llm_concurrency_max}; "
         f"below 1/4 of max {_pct(a.low_llm_demand_frac)} of wall",
     ]
-    t = Table(title="\n".join(lines), box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left")
-    t.add_column("straggler", overflow="ellipsis", max_width=13, no_wrap=True)
-    t.add_column("env", overflow="ellipsis", max_width=9, no_wrap=True)
+    t = Table(title="\n".join(lines), box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left",
+              pad_edge=False)  # fmt: skip
+    t.add_column("straggler", overflow="fold", ratio=3)
+    t.add_column("env", overflow="fold", ratio=2)
     t.add_column("finish", justify="right", no_wrap=True, min_width=6)
     t.add_column("e2e", justify="right", no_wrap=True)
     t.add_column("trace id", no_wrap=True, min_width=32)
-    for b in reversed(a.stragglers):
+    late = list(reversed(a.stragglers))
+    for b in late[:STRAGGLERS_SHOWN]:
         t.add_row(b.trajectory_id, str(b.env_class or "-"),
                   f"{(b.end_time_ns - a.start_ns) / 1e9:.2f}", f"{b.e2e:.2f}",
                   b.trace_id)  # fmt: skip
     console.print(t)
+    if len(late) > STRAGGLERS_SHOWN:
+        console.print(f"and {len(late) - STRAGGLERS_SHOWN} more (see --format json)")

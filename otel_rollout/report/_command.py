@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from typing import Any, TextIO
 
 from otel_rollout.report._aggregate import ReportData
@@ -57,16 +58,28 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         if args.output_dir is not None:
             need("matplotlib")
     bands = dict(args.band) if args.band else None
-    data = ReportData()
+    by = getattr(args, "by", "env")
+    data = ReportData(by=by)
+    # Every trajectory read, filters or not: what there is when a filter matches nothing.
+    present: dict[str, Counter] = {"env class": Counter(), "model": Counter(),
+                                   "service": Counter()}  # fmt: skip
+
+    def tally(t: TrajectoryTrace) -> None:
+        b = t.breakdown
+        for what, key in (("env class", b.env_class), ("model", b.model),
+                          ("service", t.service)):  # fmt: skip
+            if key in present[what] or len(present[what]) < 1000:
+                present[what][key] += 1
 
     def emit(t: TrajectoryTrace) -> None:
+        tally(t)
         if _keep(args, t):
             data.add(t)
 
     try:
         result = read_sources(args.source, bands=bands, service=args.service, emit=emit,
                               warn=_Warnings(sys.stderr), since=args.since,
-                              until=args.until)  # fmt: skip
+                              until=args.until, skipped=tally)  # fmt: skip
     except TraceReadError as exc:
         print(f"otel-rollout report: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -92,40 +105,28 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
 
             extra["baseline"] = changes_json(changes)
         print(dumps(data, result, extra))
-        _say_empty(result, data, sys.stderr)
+        _say_empty(result, data, sys.stderr, present, args)
         if result.incomplete:
             print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
         return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
     from rich.console import Console
 
-    from otel_rollout.report._tables import (
-        print_losses,
-        print_rewards,
-        print_slowest,
-        print_table,
-        print_waits,
-    )
+    from otel_rollout.report._render import show
+    from otel_rollout.report._tables import print_losses
 
     console = Console()
-    if data.count:
-        print_table(console, data, f"report: {' '.join(args.source)}")
-        print_slowest(console, data)
-        print_rewards(console, data)
-        print_waits(console, data)
-        if len(data.batches):
-            show_batches(console, data, result.batches, args.output_dir,
-                         getattr(args, "jaeger_url", None))  # fmt: skip
-        if args.output_dir is not None:
-            from otel_rollout.report._pictures import draw
-
-            png, page = draw(data, args.output_dir)
-            console.print(f"pictures: {png}  {page}")
+    verbose = bool(getattr(args, "verbose", False))
+    title = " ".join(args.source)
+    title = f"report: {title if len(title) <= 40 else title[:39] + '…'}"
+    show(console, data, title=title, batch_spans=result.batches, out_dir=args.output_dir,
+         jaeger_url=getattr(args, "jaeger_url", None), verbose=verbose,
+         losses=result.all_losses())  # fmt: skip
     if changes is not None:
         from otel_rollout.report._compare import print_changes
 
         print_changes(console, changes, " ".join(args.baseline))
-    print_losses(console, result)
-    _say_empty(result, data, console.file)
+    print_losses(console, result, verbose)
+    _say_empty(result, data, console.file, present, args)
     return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
 
 
@@ -142,10 +143,51 @@ def show_batches(console: Any, data: ReportData, spans: Any, out_dir: Any, jaege
         console.print(f"batch timelines: {page}  ({len(pngs)} PNG)")
 
 
-def _say_empty(result: ReadResult, data: ReportData, stream: TextIO) -> None:
-    if not result.found:
+#: Values listed per attribute when a filter matches nothing.
+_PRESENT_SHOWN = 8
+
+
+def _listing(counts: Counter) -> str:
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    shown = ", ".join(f"{k if k is not None else '(none)'} ({n})" for k, n in
+                      items[:_PRESENT_SHOWN])  # fmt: skip
+    more = len(items) - _PRESENT_SHOWN
+    return shown + (f", and {more} more (see --format json)" if more > 0 else "")
+
+
+def _say_empty(result: ReadResult, data: ReportData, stream: TextIO,
+               present: dict[str, Counter] | None = None,
+               args: argparse.Namespace | None = None) -> None:  # fmt: skip
+    present = present or {}
+    found = sum(present.get("env class", Counter()).values()) or result.found
+    if not found:
         print(f"otel-rollout report: no trajectories in the input ({result.spans} spans read)",
               file=stream)  # fmt: skip
+        hint = _jaeger_services_hint(args)
+        if hint:
+            print(f"otel-rollout report: {hint}", file=stream)
     elif not data.count:
-        print(f"otel-rollout report: none of the {result.found} trajectories matches the "
+        print(f"otel-rollout report: none of the {found} trajectories matches the "
               "filters", file=stream)  # fmt: skip
+        for what, flag in (("env class", "env"), ("model", "model"), ("service", "service")):
+            if args is not None and getattr(args, flag, None) is not None and present.get(what):
+                print(f"  --{flag} {getattr(args, flag)!r}: {what}es present: "
+                      if what == "env class" else
+                      f"  --{flag} {getattr(args, flag)!r}: {what}s present: ",
+                      _listing(present[what]), sep="", file=stream)  # fmt: skip
+
+
+def _jaeger_services_hint(args: argparse.Namespace | None) -> str | None:
+    """For a Jaeger base URL that gave nothing: the service asked for and those it has."""
+    from otel_rollout.report._sources import default_service, is_url, jaeger_services
+
+    if args is None:
+        return None
+    for source in args.source:
+        if is_url(source) and "/api/" not in source:
+            services = jaeger_services(source)
+            asked = args.service or default_service()
+            if services is not None:
+                listed = ", ".join(services[:_PRESENT_SHOWN]) or "none"
+                return f"asked Jaeger for service {asked!r}; it has: {listed} (--service NAME)"
+    return None

@@ -18,6 +18,8 @@ from otel_rollout import attributes as A
 from otel_rollout.report._model import RawSpan, TraceReadError
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
+#: The resource attribute that names a run (set by configure() in every process).
+RUN_ID = "rollout.run.id"
 
 
 def _decode_id(raw: Any, width: int) -> str:
@@ -53,7 +55,9 @@ def _attrs(kvs: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
 def _otlp_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
     out: list[RawSpan] = []
     for rs in doc.get("resourceSpans", doc.get("batches", [])) or []:
-        service = _attrs(rs.get("resource", {}).get("attributes")).get("service.name")
+        resource = _attrs(rs.get("resource", {}).get("attributes"))
+        service = resource.get("service.name")
+        run_id = resource.get(RUN_ID)
         for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []:
             for sp in ss.get("spans", []) or []:
                 parent = _decode_id(sp.get("parentSpanId"), 16)
@@ -70,6 +74,7 @@ def _otlp_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
                         attributes=_attrs(sp.get("attributes")),
                         status_code=StatusCode.ERROR if code in (2, "STATUS_CODE_ERROR") else None,
                         service=service,
+                        run_id=None if run_id is None else str(run_id),
                     )
                 )
     return out
@@ -117,6 +122,8 @@ def _jaeger_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
             tags = {t["key"]: t.get("value") for t in sp.get("tags", []) or []}
             start = int(sp["startTime"]) * 1000
             err = tags.get("otel.status_code") == "ERROR" or tags.get("error") is True
+            proc = procs.get(sp.get("processID"), {}) or {}
+            ptags = {t.get("key"): t.get("value") for t in proc.get("tags", []) or []}
             out.append(
                 RawSpan(
                     trace_id=sp["traceID"].rjust(32, "0"),
@@ -127,7 +134,8 @@ def _jaeger_spans(doc: Mapping[str, Any]) -> list[RawSpan]:
                     end_ns=start + int(sp.get("duration", 0)) * 1000,
                     attributes=tags,
                     status_code=StatusCode.ERROR if err else None,
-                    service=procs.get(sp.get("processID"), {}).get("serviceName"),
+                    service=proc.get("serviceName"),
+                    run_id=None if ptags.get(RUN_ID) is None else str(ptags[RUN_ID]),
                 )
             )
     return out

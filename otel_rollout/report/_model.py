@@ -27,6 +27,8 @@ class RawSpan:
     attributes: dict[str, Any]
     status_code: StatusCode | None = None
     service: str | None = None
+    #: the writer's ``rollout.run.id`` resource attribute, where it has one
+    run_id: str | None = None
 
 
 @dataclass
@@ -36,6 +38,7 @@ class TrajectoryTrace:
     breakdown: Breakdown
     phases: list[PhaseInterval]
     service: str | None = None
+    run_id: str | None = None
 
 
 @dataclass

@@ -71,6 +71,36 @@ def _rfc3339(ns: int) -> str:
     return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
+#: configure()'s service name when nothing sets one (the settings table's default).
+DEFAULT_SERVICE = "otel-rollout"
+
+
+def default_service() -> str:
+    """The service a Jaeger base URL is asked for when ``--service`` is not given: what
+    configure() would name this process (``OTEL_ROLLOUT_SERVICE_NAME``, then
+    ``OTEL_SERVICE_NAME``, then ``otel-rollout``)."""
+    for name in ("OTEL_ROLLOUT_SERVICE_NAME", "OTEL_SERVICE_NAME"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return DEFAULT_SERVICE
+
+
+def jaeger_services(base: str) -> list[str] | None:
+    """The services a Jaeger knows (``/api/v3/services``, else ``/api/services``), or
+    None when it does not answer."""
+    root = base.rstrip("/")
+    for path, key in (("/api/v3/services", "services"), ("/api/services", "data")):
+        try:
+            doc = _get(root + path, timeout=5.0)
+        except TraceReadError:
+            continue
+        names = doc.get(key) if isinstance(doc, dict) else None
+        if isinstance(names, list):
+            return sorted(str(n) for n in names)
+    return None
+
+
 def _jaeger_url(base: str, service: str | None, since: int | None, until: int | None) -> str:
     """Jaeger's OTLP API (``/api/v3/traces``: nanosecond times, unlike ``/api/traces``'s
     microseconds) for ``service``'s traces that started in [since, until]."""
@@ -78,7 +108,7 @@ def _jaeger_url(base: str, service: str | None, since: int | None, until: int | 
     start = since if since is not None else now - JAEGER_LOOKBACK_NS
     end = until if until is not None else now + 60 * 10**9
     query = {
-        "query.service_name": service or "otel-rollout-demo",
+        "query.service_name": service or default_service(),
         "query.start_time_min": _rfc3339(start),
         "query.start_time_max": _rfc3339(end),
         "query.num_traces": SEARCH_LIMIT,
@@ -102,11 +132,32 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
+#: What a folder given as input is read for: configure()'s and the demo's trace files
+#: (rotated ones too), else any OTLP JSON lines or JSON file in it.
+FOLDER_PATTERNS = (("traces-*.jsonl",), ("*.jsonl", "*.json"))
+
+
+def folder_files(folder: str) -> list[str]:
+    """The trace files in ``folder`` (see :data:`FOLDER_PATTERNS`), in name order; a
+    folder without any is a :class:`TraceReadError` saying what was looked for."""
+    for patterns in FOLDER_PATTERNS:
+        found = sorted({f for p in patterns for f in glob.glob(os.path.join(folder, p))})
+        found = [f for f in found if os.path.isfile(f)]
+        if found:
+            return found
+    raise TraceReadError(f"{folder}: a folder with no trace files (traces-*.jsonl, *.jsonl, "
+                         "*.json); give a file, a glob or another folder")  # fmt: skip
+
+
 def expand(sources: Iterable[str]) -> list[str]:
-    """Files, globs (``traces-*.jsonl``, in name order) and URLs, as a list of each; a
-    glob that matches nothing or a missing file is a :class:`TraceReadError`."""
+    """Files, folders (their trace files), globs (``traces-*.jsonl``, in name order) and
+    URLs, as a list of each; a glob that matches nothing, a missing file or a folder
+    without trace files is a :class:`TraceReadError`."""
     out: list[str] = []
     for source in sources:
+        if not is_url(source) and os.path.isdir(source):
+            out.extend(folder_files(source))
+            continue
         if is_url(source) or os.path.exists(source) or not glob.has_magic(source):
             out.append(source)
             continue
@@ -136,9 +187,11 @@ def read_sources(
     warn: Warn | None = None,
     since: int | None = None,
     until: int | None = None,
+    skipped: Callable[[TrajectoryTrace], object] | None = None,
 ) -> ReadResult:
-    """Every trajectory in ``sources`` (files, globs, Jaeger or Tempo URLs), read as one
-    stream: a trajectory split across rotated files is put back together.
+    """Every trajectory in ``sources`` (files, folders, globs, Jaeger or Tempo URLs), read
+    as one stream: a trajectory split across rotated files is put back together.
+    ``skipped`` is handed the trajectories of other services than ``service``.
 
     With ``emit``, each trajectory is handed to it and not kept (memory stays bounded
     whatever the input's size); else they are kept in ``ReadResult.trajectories``. Bad
@@ -155,6 +208,8 @@ def read_sources(
         def keep(t: TrajectoryTrace) -> None:
             if t.service in (service, None):
                 inner(t)
+            elif skipped is not None:
+                skipped(t)
 
     assembler = TraceAssembler(keep, result, bands=bands)
     for span in _spans(expand(sources), service, result, warn, since, until):

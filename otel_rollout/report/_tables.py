@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from otel_rollout._accounting.summary import SKYRL_KEY_NAMES, summarize_columns
 from otel_rollout.report._aggregate import ReportData
-from otel_rollout.report._model import ReadResult
+from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 
 def table_rows(data: ReportData) -> list[tuple[str, int, list[str], str]]:
@@ -31,7 +31,7 @@ def print_table(console, data: ReportData, title: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"{title}  (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("env class", overflow="fold", max_width=20)
+    t.add_column(data.group_label, overflow="fold", max_width=20)
     t.add_column("n", justify="right", no_wrap=True)
     t.add_column("band", no_wrap=True)
     for h in ("mean", "p90", "max", "share"):
@@ -56,9 +56,10 @@ def print_slowest(console, data: ReportData) -> None:
     from rich import box
     from rich.table import Table
 
-    t = Table(title="slowest trajectories (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("trajectory", overflow="ellipsis", max_width=12, no_wrap=True)
-    t.add_column("env class", overflow="ellipsis", max_width=9, no_wrap=True)
+    t = Table(title="slowest trajectories (seconds)", box=box.SIMPLE_HEAD, padding=(0, 1),
+              pad_edge=False)  # fmt: skip
+    t.add_column("trajectory", overflow="fold", ratio=3)
+    t.add_column("env class", overflow="fold", ratio=2)
     t.add_column("e2e", justify="right", no_wrap=True, min_width=6)
     t.add_column("most in", no_wrap=True, min_width=8)
     t.add_column("trace id", no_wrap=True, min_width=32)
@@ -69,12 +70,23 @@ def print_slowest(console, data: ReportData) -> None:
     console.print(t)
 
 
-def print_losses(console, result: ReadResult) -> None:
-    """What was read but not counted, per reason, and the incomplete trace ids."""
+#: Trace ids listed on the terminal before "and N more (see --format json)".
+IDS_SHOWN = 10
+
+
+def print_losses(console, result: ReadResult, verbose: bool = False) -> None:
+    """What was read but not counted, per reason; with ``verbose``, the first
+    :data:`IDS_SHOWN` incomplete trace ids (``--format json`` lists them all)."""
     for reason, n in sorted(result.all_losses().items()):
         console.print(f"[yellow]{n} {reason}[/yellow]")
-    if result.incomplete:
-        console.print(f"incomplete trace ids: {' '.join(result.incomplete)}")
+    if result.incomplete and verbose:
+        ids = result.incomplete[:IDS_SHOWN]
+        console.print("incomplete trace ids:")
+        for tid in ids:
+            console.print(f"  {tid}")
+        total = max(len(result.incomplete), result.losses.get(LOSS_INCOMPLETE, 0))
+        if total > len(ids):
+            console.print(f"  and {total - len(ids)} more (see --format json)")
 
 
 def print_rewards(console, data: ReportData) -> None:
@@ -127,7 +139,7 @@ def print_waits(console, data: ReportData, k: int = 5) -> None:
         if not rows:
             continue
         t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1))
-        t.add_column("env class", overflow="fold", max_width=20)
+        t.add_column(data.group_label, overflow="fold", max_width=20)
         t.add_column("n", justify="right", no_wrap=True)
         for f in fields:
             t.add_column(f, justify="right", no_wrap=True)
@@ -137,9 +149,9 @@ def print_waits(console, data: ReportData, k: int = 5) -> None:
     culprits = data.culprits()[:k]
     if culprits:
         t = Table(title="top loop culprits (own time in stalls, seconds)", box=box.SIMPLE_HEAD,
-                  padding=(0, 1))  # fmt: skip
-        t.add_column("trajectory", overflow="ellipsis", max_width=14, no_wrap=True)
-        t.add_column("env class", overflow="ellipsis", max_width=12, no_wrap=True)
+                  padding=(0, 1), pad_edge=False)  # fmt: skip
+        t.add_column("trajectory", overflow="fold", ratio=3)
+        t.add_column("env class", overflow="fold", ratio=2)
         t.add_column("stalls", justify="right", no_wrap=True)
         t.add_column("own", justify="right", no_wrap=True)
         t.add_column("trace id", no_wrap=True, min_width=32)

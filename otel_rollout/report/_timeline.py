@@ -105,6 +105,34 @@ def draw_batch_png(view: BatchView, breakdowns: list[Breakdown], path: Path) -> 
     return path
 
 
+def tick_step(span_s: float, most: int = 10) -> float:
+    """A round step (1, 2 or 5 times a power of ten) giving at most ``most`` ticks."""
+    if span_s <= 0:
+        return 1.0
+    step = 10.0 ** np.floor(np.log10(span_s / most))
+    for k in (1, 2, 5, 10):
+        if span_s / (k * step) <= most:
+            return float(k * step)
+    return float(10 * step)
+
+
+def _axis(x, y: float, wall_ns: int, left: float, right: float) -> list[str]:
+    """An SVG time axis at height ``y``: a line, and ticks labelled in seconds."""
+    out = [f'<line x1="{left}" x2="{right}" y1="{y}" y2="{y}" stroke="#444"/>']
+    step = tick_step(wall_ns / 1e9)
+    digits = max(0, -int(np.floor(np.log10(step)))) if step < 1 else 0
+    k = 0
+    while k * step <= wall_ns / 1e9 + 1e-12:
+        tx = x(k * step * 1e9)
+        out.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{y}" y2="{y + 4}" stroke="#444"/>')
+        out.append(f'<text x="{tx:.1f}" y="{y + 14}" text-anchor="middle">'
+                   f"{k * step:.{digits}f}</text>")  # fmt: skip
+        k += 1
+    out.append(f'<text x="{right}" y="{y + 26}" text-anchor="end">seconds since the batch '
+               "started</text>")  # fmt: skip
+    return out
+
+
 def _tooltip(b: Breakdown, s0: int) -> str:
     bands = ", ".join(f"{band} {b.band(band):.3f}" for band in A.ALL_BANDS)
     return (f"{b.trajectory_id} ({b.env_class or '-'}): finish {(b.end_time_ns - s0) / 1e9:.3f} s, "
@@ -116,12 +144,15 @@ def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
     a = view.analysis
     shown = rows(a, breakdowns)
     s0, wall = a.start_ns, max(a.wall_ns, 1)
-    width, left, row_h, demand_h = 900, 10, 6, 80
-    top = 10
-    height = top + len(shown) * row_h + 20 + demand_h + 20
+    width, left, row_h, demand_h = 900, 14, 6, 80
+    top, axis_h = 10, 32
+    height = top + len(shown) * row_h + axis_h + 20 + demand_h + 20
 
     def x(t_ns: float) -> float:
         return left + (t_ns - s0) / wall * (width - 2 * left)
+
+    def rel(t_ns: float) -> float:  # an offset from the batch start
+        return x(s0 + t_ns)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="10">']  # fmt: skip
@@ -144,7 +175,8 @@ def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
     out.append(f'<line x1="{tail_x:.1f}" x2="{tail_x:.1f}" y1="0" y2="{height}" '
                'stroke="black" stroke-dasharray="4 3">'
                "<title>median finish</title></line>")  # fmt: skip
-    base = top + len(shown) * row_h + 20 + demand_h
+    out.extend(_axis(rel, top + len(shown) * row_h + 4, wall, left, width - left))
+    base = top + len(shown) * row_h + axis_h + 20 + demand_h
     peak = max(a.in_flight.max(), 1)
     for step, color, label in ((a.in_flight, "#888", "in flight"),
                                (a.in_generate, COLORS["llm"], "in generate")):  # fmt: skip
@@ -193,9 +225,10 @@ def write_batch_pages(
             f"{html.escape(tail_spent_on(a) or 'nothing')}; generate concurrency mean "
             f"{a.llm_concurrency_mean:.1f}, max {a.llm_concurrency_max}, below a quarter of "
             f"max {100 * a.low_llm_demand_frac:.0f}% of wall.</p>"
-            f"{batch_svg(v, bds, jaeger)}<h3>stragglers</h3><table><tr><th>trajectory</th>"
+            f'<div class="scroll">{batch_svg(v, bds, jaeger)}</div><h3>stragglers</h3>'
+            '<div class="scroll"><table><tr><th>trajectory</th>'
             f"<th>env class</th><th>finish s</th><th>e2e s</th><th>trace id</th></tr>{strag}"
-            "</table>"
+            "</table></div>"
         )
     legend = " ".join(
         f'<span style="background:{c};padding:0 6px">&nbsp;</span> {b}' for b, c in COLORS.items()
@@ -203,7 +236,8 @@ def write_batch_pages(
     page = out_dir / "batches.html"
     page.write_text(
         '<!doctype html><html><head><meta charset="utf-8"><title>otel-rollout batches'
-        "</title><style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px}"
+        "</title><style>body{font-family:sans-serif;margin:2em}"
+        "td,th{padding:2px 8px;white-space:nowrap}.scroll{overflow-x:auto}"
         "</style></head><body><h1>otel-rollout: batches</h1><p>One row per trajectory by "
         "finish; the tail (median finish to last finish) shaded. Hover a row for its "
         f"breakdown, click it to open the trace in Jaeger ({html.escape(jaeger)}).</p>"

@@ -126,6 +126,9 @@ def test_batch_tables_fit_an_80_column_terminal(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     path = _known_file(tmp_path / "t.jsonl")
     assert main(["report", str(path)]) == 0
+    brief = capsys.readouterr().out
+    assert "batch step 3: tail 6.00 s of 13.00 s wall (46%), on env 62%, llm 12%" in brief
+    assert main(["report", str(path), "--verbose"]) == 0  # the per-batch tables
     text = capsys.readouterr().out
     assert "b-3 (step 3)" in text and "tail spent on: env 62%, llm 12%" in text
     assert format(5, "032x") in text  # the straggler's trace id, unbroken
