@@ -30,12 +30,13 @@ How to add a setting (say, the trace file's rotation size):
    then the standard ``OTEL_*`` one where the specification has one. ``argument=False``
    for a variable-only setting; ``forward=False`` if Ray workers must not inherit the
    driver's value (a port).
-2. Add a field of the same name and its default to :class:`Settings` (an import-time
-   check fails otherwise). Read it as ``rollout.settings.trace_file_max_bytes`` where the
-   pipeline is built, or with :func:`from_environment` in code that runs without a
+2. Add a field of the same name and its type to :class:`Settings`, with no default (an
+   import-time check fails otherwise). Read it as ``rollout.settings.trace_file_max_bytes``
+   where the pipeline is built, or with :func:`from_environment` in code that runs without a
    ``configure()`` (it warns once about a bad variable and gives the default).
-3. For a ``configure()`` argument, add the keyword to ``configure()`` and pass it on to
-   :func:`resolve`; ``tests/setup/test_configure.py`` checks every argument setting is one.
+3. For a ``configure()`` argument, add the keyword (default ``None``) to ``configure()``;
+   it reaches :func:`resolve` by name. ``tests/setup/test_settings_table.py`` checks that
+   the keywords are exactly the argument settings.
 4. Run ``python scripts/settings_table.py`` to regenerate the table in README.md and
    docs/configure.md (a test compares them with this table).
 
@@ -266,50 +267,52 @@ SETTINGS: tuple[Setting, ...] = (
 BY_NAME: Mapping[str, Setting] = MappingProxyType({s.name: s for s in SETTINGS})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """What each setting resolved to (``rollout.settings``); ``sources`` says from where
-    (``"argument"``, a variable's name, or ``"default"``)."""
+    (``"argument"``, a variable's name, or ``"default"``).
 
-    disabled: bool = False
-    service_name: str = "otel-rollout"
-    run_id: str = ""
-    resource_attributes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    protocol: str = "grpc"
-    traces_protocol: str = "grpc"
-    metrics_protocol: str = "grpc"
-    endpoint: str | None = None
-    traces_endpoint: str | None = None
-    metrics_endpoint: str | None = None
-    traces_exporter: str = "file"
-    metrics_exporter: str = "none"
-    otlp_timeout_ms: int = 5000
-    sample_ratio: float = 1.0
-    tail_keep_slower_than_s: float | None = None
-    tail_keep_percentile: float | None = None
-    tail_keep_release_max_spans: int = 100_000
-    bands: Mapping[str, str] | None = None
-    loop_stalls: bool = True
-    loop_stall_threshold_ms: float = 5.0
-    output_dir: _FsPath = _FsPath(DEFAULT_OUTPUT_DIR)
-    trace_file_max_mb: float = 128
-    trace_file_max_age_s: float = 3600
-    trace_file_burst_spans: int = 100_000
-    in_flight_interval_s: float = 0.0
-    in_flight_max_listed: int = 50
-    announce: bool = True
-    genai_metrics: bool = False
-    metric_export_interval_ms: int = 60000
-    bsp_max_queue_size: int = 2048
-    prometheus_host: str = "127.0.0.1"
-    prometheus_port: int = 9464
-    capture_content: bool = False
-    capture_max_chars: int = 2000
-    semconv_opt_in: str | None = None
-    flush_on_signals: bool = True
-    raise_internal_errors: bool = False
-    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False,
-                                                   repr=False)  # fmt: skip
+    Made by :func:`resolve` only: the fields name and type the settings for readers and
+    type checkers; defaults, variables and docs are the table's (:data:`SETTINGS`)."""
+
+    disabled: bool
+    service_name: str
+    run_id: str
+    resource_attributes: Mapping[str, Any]
+    protocol: str
+    traces_protocol: str
+    metrics_protocol: str
+    endpoint: str | None
+    traces_endpoint: str | None
+    metrics_endpoint: str | None
+    traces_exporter: str
+    metrics_exporter: str
+    otlp_timeout_ms: int
+    sample_ratio: float
+    tail_keep_slower_than_s: float | None
+    tail_keep_percentile: float | None
+    tail_keep_release_max_spans: int
+    bands: Mapping[str, str] | None
+    loop_stalls: bool
+    loop_stall_threshold_ms: float
+    output_dir: _FsPath
+    trace_file_max_mb: float
+    trace_file_max_age_s: float
+    trace_file_burst_spans: int
+    in_flight_interval_s: float
+    in_flight_max_listed: int
+    announce: bool
+    genai_metrics: bool
+    metric_export_interval_ms: int
+    bsp_max_queue_size: int
+    prometheus_host: str
+    prometheus_port: int
+    capture_content: bool
+    capture_max_chars: int
+    semconv_opt_in: str | None
+    flush_on_signals: bool
+    raise_internal_errors: bool
+    sources: Mapping[str, str] = dataclasses.field(compare=False, repr=False)
 
     def __getitem__(self, name: str) -> Any:  # ``settings["x"]``, as when this was a dict
         if name not in BY_NAME:

@@ -26,6 +26,7 @@ from otel_rollout._processing.in_flight import in_flight
 from otel_rollout._processing.loopstall import configure_loop_stalls
 from otel_rollout._processing.sampling import RecordingRatioSampler
 from otel_rollout._settings.table import (
+    BY_NAME,
     DEFAULT_OUTPUT_DIR,
     METRICS_EXPORTERS,
     PROTOCOLS,
@@ -89,29 +90,14 @@ def configure(
     warns and returns the first setup unchanged (:func:`otel_rollout.get_rollout` returns
     it). ``local=True`` touches no global state. With no OTLP endpoint configured, traces
     go to an OTLP JSON lines file under ``output_dir`` (``OTEL_ROLLOUT_OUTPUT_DIR``,
-    default ``./otel-rollout-output``) and a short summary prints at shutdown. The
-    settings are listed in the README's table.
+    default ``./otel-rollout-output``) and a short summary prints at shutdown (also with
+    the console exporter). The settings are listed in docs/configure.md.
     """
 
+    given = locals()  # the keywords: those named in the settings table are settings
+
     def build() -> Rollout:
-        settings = resolve(
-            service_name=service_name,
-            run_id=run_id,
-            traces_exporter=traces_exporter,
-            metrics_exporter=metrics_exporter,
-            endpoint=endpoint,
-            protocol=protocol,
-            sample_ratio=sample_ratio,
-            tail_keep_slower_than_s=tail_keep_slower_than_s,
-            tail_keep_percentile=tail_keep_percentile,
-            output_dir=output_dir,
-            trace_file_max_mb=trace_file_max_mb,
-            trace_file_max_age_s=trace_file_max_age_s,
-            metric_export_interval_ms=metric_export_interval_ms,
-            genai_metrics=genai_metrics,
-            resource_attributes=resource_attributes,
-            bands=bands,
-        )
+        settings = resolve(**{k: v for k, v in given.items() if k in BY_NAME})
         return _build(settings, on_breakdown=on_breakdown, summary_stream=summary_stream)
 
     if local:
@@ -184,7 +170,8 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
     if export is not None:
         tracer_provider.add_span_processor(export)
     summary = None
-    if pipeline.trace_file is not None:  # the embedded default: a summary at shutdown
+    # The embedded default (a trace file) and the console exporter: a summary at shutdown.
+    if pipeline.trace_file is not None or settings.traces_exporter == "console":
         summary = RunningSummary()
         processor.add_sink(summary)
         summary_stream = summary_stream or sys.stderr
