@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         "5%% and 1 ms (docs/demo.md)",
     )
     rep.set_defaults(func=_report)
+    from otel_rollout.live._args import add_parser as add_top
+
+    add_top(sub, _parse_band)
     return parser
 
 
