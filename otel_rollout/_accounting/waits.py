@@ -15,10 +15,11 @@ time and all report timings; ``llm_client`` is floored at 0 otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from otel_rollout import attributes as A
+from otel_rollout._accounting.engine_union import stages_before_end, union_split
 
 _NS = 1e-9
 _QUEUE, _PREFILL, _DECODE = A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE
@@ -118,7 +119,8 @@ def engine_from_tree(
     ``timings`` maps the ids of the spans that carry engine timings to their name and
     :func:`engine_ns`. A generate span's own timings win; without them, those of the
     engine's ``llm_request`` span below it (vLLM's server, traced with our
-    ``traceparent``) are joined to it. An LLM judge inside ``env.step`` is env time: its
+    ``traceparent``) are joined to it; with ``n > 1`` (one ``llm_request`` per sample)
+    the samples' union (:mod:`.engine_union`). An LLM judge inside ``env.step`` is env time: its
     engine timings are not counted. None when no call reports timings.
     """
     if not timings:
@@ -137,7 +139,7 @@ def engine_from_tree(
         return outermost[span_id]
 
     parts: dict[int, tuple[int, int, int]] = {}
-    joined: dict[int, tuple[int, int, int]] = {}
+    joined: dict[int, list[tuple[int | None, tuple[int, int, int]]]] = {}
     for span_id, (name, part) in timings.items():
         if name != A.VLLM_SPAN_LLM_REQUEST:
             if is_outermost_llm(span_id):
@@ -145,13 +147,26 @@ def engine_from_tree(
             continue
         phase_ancestor = _phase_ancestor(span_id, by_id)  # the generate span it serves
         if phase_ancestor is not None and is_outermost_llm(phase_ancestor):
-            joined.setdefault(phase_ancestor, part)
-    for span_id, part in joined.items():
-        parts.setdefault(span_id, part)
+            end = by_id[span_id].end_ns if span_id in by_id else None
+            joined.setdefault(phase_ancestor, []).append((end, part))
+    for span_id, samples in joined.items():
+        if span_id not in parts:
+            parts[span_id] = _samples_split(samples)
     total: list[int] | None = None
     for part in parts.values():
         total = add_engine(total, part)
     return total
+
+
+def _samples_split(
+    samples: Sequence[tuple[int | None, tuple[int, int, int]]],
+) -> tuple[int, int, int]:
+    """One call's split from its ``llm_request`` spans: the one span's own timings, or,
+    for ``n > 1`` (one span per sample), the union of the samples' stages laid back from
+    each span's end (:mod:`.engine_union`)."""
+    if len(samples) == 1 or any(end is None for end, _ in samples):
+        return samples[0][1]
+    return union_split(stages_before_end(end, *part) for end, part in samples)  # type: ignore[arg-type]
 
 
 def _under_root(rec: Any, root_id: int, by_id: Mapping[int, Any]) -> bool:

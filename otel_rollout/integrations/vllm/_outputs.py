@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.waits import engine_timings
 from otel_rollout._api.tracer import Generation
 from otel_rollout._base import semconv as _semconv
+from otel_rollout.integrations.vllm._samples import request_timings
 
 __all__ = ["OPERATION", "SYSTEM", "Usage", "engine_timings", "is_delta", "model_of",
            "request_attributes"]  # fmt: skip
@@ -23,22 +25,29 @@ def is_delta(sampling_params: Any) -> bool:
 
 
 class Usage:
-    """What the stream showed: tokens per completion index, finish reasons, metrics."""
+    """What the stream showed: tokens per completion index, finish reasons, metrics (the
+    last seen, and each sample's by completion index), when each sample finished."""
 
     __slots__ = (
         "cached",
         "delta",
+        "done_wall",
         "finished",
         "metrics",
+        "n",
         "output_tokens",
         "prompt",
         "prompt_tokens",
         "reasons",
+        "samples",
         "texts",
     )
 
-    def __init__(self, delta: bool, capture: bool) -> None:
+    def __init__(self, delta: bool, capture: bool, n: int = 1) -> None:
         self.delta = delta
+        self.n = n
+        self.samples: dict[int, Any] = {}
+        self.done_wall: dict[int, float] = {}
         self.prompt_tokens: int | None = None
         self.cached: int | None = None
         self.output_tokens: dict[int, int] = {}
@@ -63,8 +72,14 @@ class Usage:
         texts = self.texts
         if texts is not None and self.prompt is None:
             self.prompt = getattr(out, "prompt", None)
-        for c in getattr(out, "outputs", None) or ():
+        completions = getattr(out, "outputs", None) or ()
+        # one completion: the output came from that sample, and carries its stats; several
+        # (FINAL_ONLY, n > 1): one aggregated output with the last sample's stats only
+        own = metrics is not None and len(completions) == 1
+        for c in completions:
             idx = getattr(c, "index", 0)
+            if own:
+                self.samples[idx] = metrics
             n = len(getattr(c, "token_ids", None) or ())
             if self.delta:
                 self.output_tokens[idx] = self.output_tokens.get(idx, 0) + n
@@ -73,6 +88,7 @@ class Usage:
             reason = getattr(c, "finish_reason", None)
             if reason is not None:
                 self.reasons[idx] = str(reason)
+                self.done_wall.setdefault(idx, time.time())
             if texts is not None:
                 text = getattr(c, "text", None) or ""
                 texts[idx] = texts.get(idx, "") + text if self.delta else text
@@ -90,8 +106,11 @@ class Usage:
         span = gen.span
         if self.cached is not None:
             span.set_attribute(A.GEN_AI_USAGE_CACHE_READ, self.cached)
-        if self.metrics is not None:
-            span.set_attributes(engine_timings(self.metrics))
+        timings = request_timings(self.samples, self.done_wall, self.metrics)
+        if self.n > 1 and timings and A.VLLM_SAMPLES_TIMED not in timings:
+            timings[A.VLLM_SAMPLES_TIMED] = len(self.samples) or 1
+        if timings:
+            span.set_attributes(timings)
         if self.texts is not None:
             completion = "\n".join(self.texts[i] for i in sorted(self.texts)) or None
             prompt = self.prompt if isinstance(self.prompt, str) else None

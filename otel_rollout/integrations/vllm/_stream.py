@@ -122,7 +122,8 @@ def _begin(
         # instrumentor around its client): that span is the call; no second turn.
         span = outer
         span.set_attributes(attrs)
-    usage = Usage(is_delta(sampling_params), _capture_content())
+    n = getattr(sampling_params, "n", 1)
+    usage = Usage(is_delta(sampling_params), _capture_content(), n if isinstance(n, int) else 1)
     if engine_traces(engine) is False:
         hint_engine_not_tracing()
     elif shape.accepts("trace_headers"):
