@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -185,5 +186,11 @@ class BreakdownCollector:
             return list(self._items)
 
     def summarize(self, *, prefix: str = "generate/") -> dict[str, float]:
-        """``summarize(self.drain())``: the batch dict for a trainer's step."""
+        """Deprecated (it also empties the collector): ``summarize(collector.drain())``."""
+        warnings.warn(
+            "BreakdownCollector.summarize() is deprecated (it empties the collector); use "
+            "otel_rollout.summarize(collector.drain())",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return summarize(self.drain(), prefix=prefix)

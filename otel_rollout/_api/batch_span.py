@@ -10,6 +10,7 @@ ends the batch analysis is written onto the batch span before it ends.
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from time import time_ns
@@ -174,12 +175,23 @@ class Batch:
                 self._acc.add(b)
 
     def compute(self) -> BatchAnalysis:
-        """The analysis of the trajectories received so far."""
+        """Deprecated: ``otel_rollout.analyze_batch(batch.breakdowns)``."""
+        warnings.warn(
+            "Batch.compute() is deprecated; use otel_rollout.analyze_batch(batch.breakdowns)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._acc.analysis()
 
     def summary(self, *, prefix: str = "generate/") -> dict[str, float]:
-        """The per-batch tracker keys (:meth:`BatchAnalysis.summary`)."""
-        analysis = self.analysis if self.analysis is not None else self.compute()
+        """Deprecated: ``batch.analysis.summary()`` (once the block ended)."""
+        warnings.warn(
+            "Batch.summary() is deprecated; use batch.analysis.summary() once the block "
+            "ended, or otel_rollout.analyze_batch(batch.breakdowns).summary() before",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        analysis = self.analysis if self.analysis is not None else self._acc.analysis()
         return analysis.summary(prefix=prefix)
 
 
@@ -241,7 +253,7 @@ class BatchScope:
                 self._registry.close(batch.batch_id, batch._acc)
             if exc is not None:  # its message only with content capture on
                 _record_exception(span, exc)
-            analysis = batch.analysis = batch.compute()
+            analysis = batch.analysis = batch._acc.analysis()
             if analysis.trajectories:
                 span.set_attributes(analysis.as_attributes())
                 if self._instruments is not None:

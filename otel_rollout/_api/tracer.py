@@ -246,7 +246,7 @@ class RolloutTracer:
         trace per step). When the block ends, the batch analysis (wall, tail, stragglers,
         what the tail was spent on, engine demand) goes onto the batch span, into the
         ``rollout.batch.duration`` and ``rollout.batch.tail.duration`` histograms, and onto
-        the handle's ``analysis``; ``handle.summary()`` gives the tracker keys.
+        the handle's ``analysis``; ``handle.analysis.summary()`` gives the tracker keys.
         """
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
             raise ValueError(f"step must be an int or None, got {step!r}")

@@ -63,7 +63,17 @@ def test_summary_of_merged_batches_is_the_summary_of_their_union():
 
 def test_empty_input_gives_an_empty_dict():
     assert summarize([]) == {}
-    assert BreakdownCollector().summarize() == {}
+    assert summarize(BreakdownCollector().drain()) == {}
+
+
+def test_the_collectors_own_summarize_still_drains_and_names_its_replacement():
+    collector = BreakdownCollector()
+    bds = random_breakdowns(5, seed=3)
+    collector.extend(bds)
+    with pytest.warns(DeprecationWarning, match=r"summarize\(collector\.drain\(\)\)"):
+        out = collector.summarize()
+    assert out == summarize(bds)
+    assert len(collector) == 0
 
 
 def test_frac_time_in_env_is_zero_without_llm_or_env_time():

@@ -70,7 +70,7 @@ def test_the_batch_span_carries_the_analysis_of_its_breakdowns(rollout_env):
         assert (tuple(got) if isinstance(got, tuple) else got) == (
             tuple(value) if isinstance(value, list) else value
         )
-    assert batch.summary()["generate/batch_wall_time"] == expected.wall_ns * 1e-9
+    assert batch.analysis.summary()["generate/batch_wall_time"] == expected.wall_ns * 1e-9
     (dur,) = rollout_env.histogram_points("rollout.batch.duration")
     (tail,) = rollout_env.histogram_points("rollout.batch.tail.duration")
     assert dur.count == 1 and dur.sum == expected.wall_ns * 1e-9
@@ -169,7 +169,7 @@ print("ok")
 def test_without_an_sdk_a_batch_is_harmless():
     with otel_rollout.batch(step=1) as b, otel_rollout.trajectory("x") as t:
         pass
-    assert t.breakdown is None and b.analysis.trajectories == 0 and b.summary() == {}
+    assert t.breakdown is None and b.analysis.trajectories == 0 and b.analysis.summary() == {}
 
 
 def test_online_figures_are_exact_on_the_manual_clock(manual_env):
@@ -235,3 +235,14 @@ def test_a_breakdown_added_again_after_delivery_counts_once(rollout_env):
                 pass
         batch.add(rollout_env.breakdowns)  # e.g. a gather that also saw this process's
     assert batch.analysis.trajectories == 3 and len(batch.breakdowns) == 3
+
+
+def test_the_old_batch_readers_still_work_and_name_their_replacement(rollout_env):
+    with rollout_env.tracer.batch(step=3) as batch, rollout_env.tracer.trajectory("a"):
+        pass
+    with pytest.warns(DeprecationWarning, match=r"batch\.analysis\.summary\(\)"):
+        assert batch.summary() == batch.analysis.summary()
+    with pytest.warns(DeprecationWarning, match=r"analyze_batch\(batch\.breakdowns\)"):
+        assert batch.compute() == otel_rollout.analyze_batch(
+            batch.breakdowns, start_ns=batch.analysis.start_ns
+        )
