@@ -1,13 +1,14 @@
 """The trace file: OTLP JSON lines, each line written whole, rotated by size and by age.
 
 One line per exported batch, in the format of the official OTLP JSON file exporter (what
-``otel-rollout report`` and Jaeger's upload read). A line goes to the file in one piece:
-if a write fails part way (a full disk), the file is cut back to where the line began,
-so a failure or a crash leaves at most one truncated last line, never a partial line in
-the middle. A file that would grow past ``max_bytes``, or that is older than
-``max_age_s``, is closed and the next batch opens a new one: ``traces-X.jsonl``, then
-``traces-X_0001.jsonl``, ``traces-X_0002.jsonl``..., names that sort in writing order, so
-``otel-rollout report 'traces-X*.jsonl'`` reads them as one stream.
+``otel-rollout report`` and Jaeger's upload read), encoded by :mod:`.otlp_json`. A line
+goes to the file in one piece: if a write fails part way (a full disk), the file is cut
+back to where the line began, so a failure or a crash leaves at most one truncated last
+line, never a partial line in the middle. A file that would grow past ``max_bytes``, or
+that is older than ``max_age_s``, is closed and the next batch opens a new one:
+``traces-X.jsonl``, then ``traces-X_0001.jsonl``, ``traces-X_0002.jsonl``..., names that
+sort in writing order, so ``otel-rollout report 'traces-X*.jsonl'`` reads them as one
+stream.
 
 Spans lost before they reach the file (a full export queue, a failed write...) are stated
 in the file too: whenever the export pipeline's cumulative loss counts changed since the
@@ -20,7 +21,6 @@ shutdown; ``otel-rollout report`` keeps each writer's latest counts.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -36,21 +36,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_rollout import attributes as A
+from otel_rollout._export.otlp_json import dumps_line, encode_spans_line
 
 _log = logging.getLogger("otel_rollout.export")
 
 #: Defaults: a new file every 128 MiB or every hour, whichever comes first.
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_AGE_S = 3600.0
-
-
-def _encode(spans: Sequence[ReadableSpan]) -> bytes | None:
-    from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
-
-    data = encode_spans(spans)
-    if not data.resource_spans:
-        return None
-    return (json.dumps(data.to_dict(), separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def _attribute(key: str, value: Any) -> dict[str, Any]:
@@ -71,7 +63,7 @@ def loss_record(identity: Mapping[str, Any], losses: Mapping[str, int]) -> bytes
     attrs = [_attribute(k, v) for k, v in identity.items() if v is not None]
     attrs += [_attribute(A.EXPORT_LOST_PREFIX + why, int(n)) for why, n in losses.items()]
     doc = {"resourceSpans": [{"resource": {"attributes": attrs}, "scopeSpans": []}]}
-    return (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8")
+    return dumps_line(doc)
 
 
 def rotated_path(first: Path, index: int) -> Path:
@@ -146,7 +138,7 @@ class RotatingTraceFile(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            data = _encode(spans)
+            data = encode_spans_line(spans)
         except Exception as exc:  # an attribute the encoder cannot take
             _log.warning("otel-rollout: cannot encode %d spans for the trace file: %r",
                          len(spans), exc)  # fmt: skip
