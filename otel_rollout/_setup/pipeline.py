@@ -99,7 +99,7 @@ def trace_file_path(settings: Settings) -> Path:
     started in the same second never share a file, even when a pid is reused."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     own = f"{os.getpid()}-{secrets.token_hex(3)}"
-    run = safe_file_part(settings.run_id)
+    run = safe_file_part(settings.run_id, limit=48)  # the whole name stays under 100
     return Path(settings.output_dir) / f"traces-{stamp}-{run}-{own}.jsonl"
 
 

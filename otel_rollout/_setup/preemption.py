@@ -26,7 +26,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from otel_rollout._base import standby
@@ -41,6 +42,16 @@ _previous: dict[int, Any] = {}
 _lock = threading.Lock()
 _actions: dict[str, Callable[[float], Any]] = {}
 _timeout_s = 5.0
+
+
+class _Deferral:
+    """A shutdown in progress on the main thread: a signal waits for its end."""
+
+    depth = 0
+    pending: int | None = None
+
+
+_deferral = _Deferral()
 
 
 def install(
@@ -103,16 +114,43 @@ def _bounded(action: str) -> None:
     worker.join(timeout + 1.0)
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Around a shutdown: a signal arriving meanwhile on the main thread (which the
+    shutdown may hold locks on) is acted on when the block ends, not in the middle."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _deferral.depth += 1
+    try:
+        yield
+    finally:
+        _deferral.depth -= 1
+        if _deferral.depth == 0 and _deferral.pending is not None:
+            signum, _deferral.pending = _deferral.pending, None
+            _deliver(signum, None)
+
+
 def _handler(signum: int, frame: Any) -> None:
+    if _deferral.depth:  # a shutdown is under way right here: it flushes; then the signal
+        _deferral.pending = signum
+        return
     previous = _previous.get(signum, signal.SIG_DFL)
-    name = signal.Signals(signum).name
     if callable(previous):  # the user's handler: flush, then it decides
         _bounded("flush")
+    else:
+        _log.warning("otel-rollout: %s received: flushing traces (at most %.0f s) before the "
+                     "process ends", signal.Signals(signum).name, _timeout_s)  # fmt: skip
+        _bounded("shutdown")
+    _deliver(signum, frame)
+
+
+def _deliver(signum: int, frame: Any) -> None:
+    """What the signal would have done without this module."""
+    previous = _previous.get(signum, signal.SIG_DFL)
+    if callable(previous):
         previous(signum, frame)
         return
-    _log.warning("otel-rollout: %s received: flushing traces (at most %.0f s) before the "
-                 "process ends", name, _timeout_s)  # fmt: skip
-    _bounded("shutdown")
     # end as the signal would have: the same signal, its default action
     signal.signal(signum, signal.SIG_DFL)
     signal.raise_signal(signum)

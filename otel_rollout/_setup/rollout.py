@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from otel_rollout._accounting.reward import RewardColumns, RewardVsLatency
 from otel_rollout._accounting.summary import _KEY_NAMES, BreakdownCollector
-from otel_rollout._api.tracer import RolloutTracer
+from otel_rollout._api.tracer import RolloutTracer, set_default_tracer
 from otel_rollout._base import standby
 from otel_rollout._base.bounded import BoundedCall
 from otel_rollout._base.fork import reset_in_child
@@ -168,8 +168,13 @@ class Rollout:
         """Stop exporting; returns False when the exporters did not finish in time.
 
         Called again (or at interpreter exit, which configure() arranges), it only waits
-        for the first call's work, up to ``timeout_s``.
+        for the first call's work, up to ``timeout_s``. A SIGTERM or SIGHUP arriving
+        meanwhile takes effect when it returns.
         """
+        with preemption.deferred():
+            return self._shutdown(timeout_s)
+
+    def _shutdown(self, timeout_s: float) -> bool:
         with self._shutdown_lock:
             worker = self._shutdown_worker
             first = worker is None
@@ -287,6 +292,11 @@ def register_for_exit(rollout: Rollout) -> None:
 def _shutdown_at_exit(timeout_s: float = EXIT_TIMEOUT_S) -> None:
     """Shut down every setup of this process not shut down yet (at exit, at the end of a
     multiprocessing worker, on a signal that ends the process), each within ``timeout_s``."""
+    with preemption.deferred():
+        _shutdown_entries(timeout_s)
+
+
+def _shutdown_entries(timeout_s: float) -> None:
     with _exit_lock:
         entries = list(_exit_registry.values())
     for ref, tp_ref, mp_ref, closers in entries:
@@ -330,5 +340,8 @@ def get_rollout() -> Rollout | None:
 
 
 def _set_global(rollout: Rollout | None) -> None:
+    """Make ``rollout`` this process's global handle; ``otel_rollout.trajectory()`` and
+    ``otel_rollout.batch()`` then use its tracer (and its breakdown processor)."""
     global _global
     _global = rollout
+    set_default_tracer(rollout.tracer if rollout is not None else None)
