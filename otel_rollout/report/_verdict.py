@@ -47,18 +47,19 @@ def band_totals(groups: Sequence[tuple[str, int, Mapping[str, Any]]]) -> dict[st
 
 
 def bound_line(groups: Sequence[tuple[str, int, Mapping[str, Any]]]) -> str | None:
-    """``engine-bound: llm 58% of trajectory time (env 35%, setup 5%, bookkeeping 1%)``."""
+    """``engine-bound: llm 58% of trajectory time (env 35%, setup 5%, bookkeeping 1%)``
+    (categories under half a percent left out)."""
     totals = band_totals(groups)
     e2e = totals["e2e"]
     if e2e <= 0:
         return None
     share = {k: sum(totals[b] for b in bands) / e2e for k, bands in BOUND_BY.items()}
     top = max(share, key=share.get)
-    rest = ", ".join(f"{k} {100 * v:.0f}%" for k, v in share.items() if k != top)
+    rest = ", ".join(f"{k} {100 * v:.0f}%" for k, v in share.items() if k != top and v >= 0.005)
     line = f"{top}-bound: {'+'.join(BOUND_BY[top])} {100 * share[top]:.0f}% of trajectory time"
-    line += f" ({rest})"
+    line += f" ({rest})" if rest else ""
     if top == "env" and totals["env_queue"] > 0.25 * totals["env"]:
-        line += f"; {100 * totals['env_queue'] / totals['env']:.0f}% of env is env_queue"
+        line += f"; env_queue is {100 * totals['env_queue'] / totals['env']:.0f}% of env"
     return _fit(line)
 
 
