@@ -186,6 +186,8 @@ class InFlightExporter(SpanExporter):
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=max(1.0, self._interval))
+        if self._thread is not None:
+            self.write_record()  # the last word: what still runs (none, at a clean end)
         self._shut = True
         # not under the lock: an OTLP exporter's shutdown cuts short a retry in progress
         self.inner.shutdown()

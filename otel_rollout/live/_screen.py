@@ -4,6 +4,7 @@ the same thing. Fits 80x24; more rows or columns show more running trajectories.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 
 from rich.console import Group
@@ -246,7 +247,8 @@ def render(state: LiveState, view: View, width: int = 80, height: int = 24,
         lines += bands(state, view, width)
     tail = verdicts(state, view, width, rows=4 if height >= 24 else 2)
     bottom = [export_line(state, extra_losses or {})]
-    bottom += [Text(n, style="yellow") for n in view.notes[:3]]
+    wrapped = [w for n in view.notes for w in textwrap.wrap(n, width, subsequent_indent="  ")]
+    bottom += [Text(w, style="yellow") for w in wrapped[:4]]
     rows_left = height - 1 - len(lines) - len(tail) - len(bottom)
     lines += batch(state, view, width, rows_left)
     lines += tail + bottom

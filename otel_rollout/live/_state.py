@@ -257,6 +257,10 @@ class LiveState:
         c: Counter[str] = Counter()
         for _, snap in self._records():
             c.update(snap.by_env)
+            for r in snap.listed:  # ended since the record: no longer running
+                if r.trace_id in self._done and c[r.env_class] > 0:
+                    c[r.env_class] -= 1
+        c = +c
         inferred = sum(1 for r in self.running() if r.inferred)
         if inferred:
             c["?"] += inferred
