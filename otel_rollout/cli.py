@@ -303,6 +303,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from otel_rollout._base.text import escape_stream_errors
+
+    escape_stream_errors(sys.stdout)  # odd text in ids is escaped, never a traceback
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from otel_rollout import attributes as A
 from otel_rollout._base.errors import internal_error, warn_once
 from otel_rollout._base.spanbuffer import SpanBuffer
+from otel_rollout._base.text import printable_for
 from otel_rollout._export.console_render import (
     TreeRenderer,
     color_enabled,
@@ -251,7 +252,7 @@ class ConsoleTreeExporter(SpanExporter):
             out = self._out()
             if not color_enabled(out, self._color):
                 text = strip_ansi(text)
-            out.write(text)
+            out.write(printable_for(out, text))  # odd text in ids is escaped, never fatal
             flush = getattr(out, "flush", None)
             if flush is not None:
                 flush()

@@ -20,6 +20,7 @@ from otel_rollout._api.tracer import RolloutTracer, set_default_tracer
 from otel_rollout._base import standby
 from otel_rollout._base.bounded import BoundedCall
 from otel_rollout._base.fork import reset_in_child
+from otel_rollout._base.text import printable_for
 from otel_rollout._export.guarded import ExportStats
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout._settings.table import Settings
@@ -225,7 +226,8 @@ class Rollout:
         for a in summary.reward_analyses():  # do slow trajectories succeed less?
             deciles = " ".join(f"{b.mean_reward:.2f}" for b in a.by_e2e_decile)
             turns = " ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_turns)
-            print(f"  reward {a.env_class}: by e2e decile (fastest first) {deciles}; "
+            env = printable_for(out, str(a.env_class))  # users' text: escaped if need be
+            print(f"  reward {env}: by e2e decile (fastest first) {deciles}; "
                   f"by turns {turns}", file=out)  # fmt: skip
         stats = self.export_stats
         if stats.dropped:
@@ -234,7 +236,7 @@ class Rollout:
             f = self.trace_file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
             shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
-            print(f"  traces: {shown}", file=out)
+            print(f"  traces: {printable_for(out, str(shown))}", file=out)
 
 
 def _loss_line(stats: ExportStats) -> str:
