@@ -1,9 +1,21 @@
 """``report RUN --baseline OTHER_RUN``: per env class and band, both runs' mean and p90, the
-difference of means and a seeded bootstrap 95% interval for it, so a change beyond noise
-is marked as such."""
+difference of means with a seeded bootstrap 95% interval, and a mark only where the
+difference is both beyond noise and large enough to matter.
+
+A report compares many things at once (every band of every env class, ten or more per
+class), so a per-comparison 5% test would flag something in most runs of unchanged code.
+Here each comparison gets a Welch t-test p-value, and the p-values of all the comparisons
+of one report are adjusted together with Holm's step-down procedure, which keeps the
+chance of any false mark at :data:`ALPHA` (5%) however many comparisons there are. A
+difference is then marked only when it is also practically large: at least
+:data:`MIN_RELATIVE` (5%) of the baseline's mean and at least :data:`MIN_ABSOLUTE_S`
+(1 ms).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,6 +29,11 @@ RESAMPLES = 2000
 SEED = 0
 #: Index draws held at once while resampling (bounds memory for large runs).
 _BLOCK = 4_000_000
+#: The chance of any false mark across all the comparisons of one report (Holm).
+ALPHA = 0.05
+#: The smallest difference marked: this share of the baseline's mean, and these seconds.
+MIN_RELATIVE = 0.05
+MIN_ABSOLUTE_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -34,11 +51,85 @@ class BandChange:
     diff: float  # mean_run - mean_baseline
     ci_low: float
     ci_high: float
+    #: Welch t-test of the two means, and that p-value adjusted (Holm) over every
+    #: comparison of the report; NaN where a run has fewer than two trajectories.
+    p_value: float = float("nan")
+    p_adjusted: float = float("nan")
+    #: Beyond noise after the adjustment and at least the practical minimum.
+    marked: bool = False
 
     @property
     def beyond_noise(self) -> bool:
-        """Whether the 95% interval of the difference excludes zero."""
-        return self.ci_low > 0 or self.ci_high < 0
+        """Whether the difference is marked: adjusted p below :data:`ALPHA` and at least
+        :data:`MIN_RELATIVE` of the baseline's mean and :data:`MIN_ABSOLUTE_S`."""
+        return self.marked
+
+
+def practically_large(diff: float, mean_baseline: float) -> bool:
+    """At least :data:`MIN_RELATIVE` of the baseline's mean and :data:`MIN_ABSOLUTE_S`."""
+    return abs(diff) >= max(MIN_RELATIVE * abs(mean_baseline), MIN_ABSOLUTE_S)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):  # fmt: skip
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), for 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))  # fmt: skip
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def welch_p(baseline: np.ndarray, run: np.ndarray) -> float:
+    """Two-sided p-value of Welch's t-test for equal means; NaN with fewer than two values
+    on a side. Two constant samples give 0 when their means differ, 1 when they do not."""
+    nx, ny = len(baseline), len(run)
+    if nx < 2 or ny < 2:
+        return float("nan")
+    vx, vy = float(np.var(baseline, ddof=1)) / nx, float(np.var(run, ddof=1)) / ny
+    diff = float(np.mean(run) - np.mean(baseline))
+    se2 = vx + vy
+    if se2 <= 0.0 or not math.isfinite(se2):
+        return 0.0 if diff != 0.0 else 1.0
+    t = diff / math.sqrt(se2)
+    df = se2 * se2 / (vx * vx / (nx - 1) + vy * vy / (ny - 1))
+    return min(1.0, betainc(df / 2.0, 0.5, df / (df + t * t)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: the smallest p times m, the next times m - 1, ...,
+    kept non-decreasing and at most 1. NaNs stay NaN and do not count in m."""
+    order = sorted((i for i, p in enumerate(p_values) if not math.isnan(p)),
+                   key=lambda i: p_values[i])  # fmt: skip
+    m = len(order)
+    out = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
 
 
 def _boot_means(x: np.ndarray, rng: np.random.Generator, b: int) -> np.ndarray:
@@ -62,34 +153,67 @@ def bootstrap_diff(
     return float(low), float(high)
 
 
-def compare(
-    baseline: ReportData, run: ReportData, *, resamples: int = RESAMPLES, seed: int = SEED
+def compare_columns(
+    baseline: Mapping[str, Mapping[str, np.ndarray]],
+    run: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    alpha: float = ALPHA,
 ) -> list[BandChange]:
-    """Every band of every env class present in both runs."""
-    base = {name: cols for name, _, cols in baseline.groups()}
-    out = []
-    for name, _, cols in run.groups():
-        if name not in base:
+    """Every band of every env class present in both (columns of seconds by band, per env
+    class), tested together: Welch p-values, Holm-adjusted over all of them, marked where
+    the adjusted p is below ``alpha`` and the difference practically large. ``resamples``
+    0 skips the bootstrap interval (NaN), for callers that only need the marks."""
+    rows = []
+    for name, cols in run.items():
+        if name not in baseline:
             continue
         for band in SUMMARY_FIELDS:
-            x, y = base[name][band], cols[band]
+            x = np.asarray(baseline[name][band], dtype=float)
+            y = np.asarray(cols[band], dtype=float)
             if not len(x) or not len(y) or not (x.any() or y.any()):
                 continue  # a band neither run used
-            low, high = bootstrap_diff(x, y, resamples=resamples, seed=seed)
-            out.append(BandChange(
-                name, band, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
-                float(np.percentile(x, 90)), float(np.percentile(y, 90)),
-                float(np.mean(y) - np.mean(x)), low, high,
-            ))  # fmt: skip
+            if resamples > 0:
+                low, high = bootstrap_diff(x, y, resamples=resamples, seed=seed)
+            else:
+                low = high = float("nan")
+            rows.append((name, band, x, y, low, high, welch_p(x, y)))
+    adjusted = holm([r[6] for r in rows])
+    out = []
+    for (name, band, x, y, low, high, p), p_adj in zip(rows, adjusted, strict=True):
+        diff = float(np.mean(y) - np.mean(x))
+        mark = bool(p_adj < alpha) and practically_large(diff, float(np.mean(x)))
+        out.append(BandChange(
+            name, band, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
+            float(np.percentile(x, 90)), float(np.percentile(y, 90)), diff, low, high,
+            p, p_adj, mark,
+        ))  # fmt: skip
     return out
 
 
+def compare(
+    baseline: ReportData, run: ReportData, *, resamples: int = RESAMPLES, seed: int = SEED
+) -> list[BandChange]:
+    """Every band of every env class present in both runs (:func:`compare_columns`)."""
+    base = {name: cols for name, _, cols in baseline.groups()}
+    this = {name: cols for name, _, cols in run.groups()}
+    return compare_columns(base, this, resamples=resamples, seed=seed)
+
+
 def changes_json(changes: list[BandChange]) -> list[dict[str, Any]]:
-    return [{**asdict(c), "beyond_noise": c.beyond_noise} for c in changes]
+    """The comparisons for ``--format json`` (NaN, where a figure is not known, as null)."""
+
+    def plain(v: Any) -> Any:
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    return [{**{k: plain(v) for k, v in asdict(c).items()}, "beyond_noise": c.beyond_noise}
+            for c in changes]  # fmt: skip
 
 
 def print_changes(console: Any, changes: list[BandChange], baseline_name: str) -> None:
-    """A table per env class (80 columns): means, p90s, difference and its interval."""
+    """A table per env class (80 columns): means, the difference, its interval, the
+    adjusted p-value and the mark; then what the mark means."""
     from rich import box
     from rich.table import Table
 
@@ -100,15 +224,23 @@ def print_changes(console: Any, changes: list[BandChange], baseline_name: str) -
         rows = [c for c in changes if c.env_class == env_class]
         t = Table(
             title=f"{env_class}: run (n={rows[0].n_run}) against baseline "
-            f"(n={rows[0].n_baseline}), mean seconds; * beyond noise",
-            box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left",
+            f"(n={rows[0].n_baseline}), mean seconds",
+            box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left", pad_edge=False,
         )  # fmt: skip
-        t.add_column("band", no_wrap=True)
-        for h in ("base", "run", "diff", "95% CI of diff", "p90 base", "p90 run", ""):
+        t.add_column("band", overflow="fold")
+        for h in ("base", "run", "diff", "change", "95% CI of diff", "p holm", ""):
             t.add_column(h, justify="right", no_wrap=True)
         for c in rows:
+            change = f"{100 * c.diff / c.mean_baseline:+.0f}%" if c.mean_baseline else "-"
+            p = "-" if math.isnan(c.p_adjusted) else f"{c.p_adjusted:.3f}"
+            ci = "-" if math.isnan(c.ci_low) else f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]"
             t.add_row(c.band, f"{c.mean_baseline:.3f}", f"{c.mean_run:.3f}", f"{c.diff:+.3f}",
-                      f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]", f"{c.p90_baseline:.3f}",
-                      f"{c.p90_run:.3f}", "*" if c.beyond_noise else "")  # fmt: skip
+                      change, ci, p, "*" if c.marked else "")  # fmt: skip
         console.print(t)
-    console.print(f"baseline: {baseline_name}")
+    marked = sum(c.marked for c in changes)
+    console.print(
+        f"* beyond noise over all {len(changes)} comparisons (Holm {ALPHA:.0%}), and >= "
+        f"{MIN_RELATIVE:.0%} and >= {MIN_ABSOLUTE_S * 1e3:.0f} ms: {marked} marked",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    console.print(f"baseline: {baseline_name}", markup=False, highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from otel_rollout import attributes as A
 from otel_rollout.cli import main
@@ -81,3 +82,81 @@ def test_the_comparison_table_fits_80_columns(capsys, tmp_path, monkeypatch):
     env_row = next(ln for ln in text.splitlines() if ln.strip().startswith("env ") and "[" in ln)
     assert "+1.000" in env_row and env_row.rstrip().endswith("*")
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+# --- a comparison that does not cry wolf -------------------------------------------------------
+
+ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
+
+
+def _draw(rng, n, shift=None):
+    """Per env class, columns of seconds shaped like the demo's: lognormal llm and env,
+    small setup/teardown/other, e2e their sum; ``shift=(env, band, factor)`` scales one."""
+    out = {}
+    for k, env in enumerate(ENVS):
+        cols = {
+            "llm": rng.lognormal(np.log(0.4 + 0.1 * k), 0.3, n),
+            "env": rng.lognormal(np.log(0.2 + 0.1 * k), 0.6, n),
+            "env_setup": rng.lognormal(np.log(0.02), 0.8, n),
+            "env_teardown": rng.lognormal(np.log(0.002), 0.8, n),
+            "other": rng.lognormal(np.log(0.001), 0.5, n),
+            "env_queue": rng.lognormal(np.log(0.05), 1.0, n) * (k > 0),
+            "finish_session": np.zeros(n),
+        }
+        if shift is not None and shift[0] == env:
+            cols[shift[1]] = cols[shift[1]] * shift[2]
+        cols["e2e"] = sum(cols[b] for b in ("llm", "env", "env_setup", "env_teardown", "other"))
+        out[env] = cols
+    return out
+
+
+def test_two_runs_from_one_distribution_are_marked_in_at_most_5_percent_of_seeds():
+    from otel_rollout.report._compare import compare_columns
+
+    marked_runs = 0
+    comparisons = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        changes = compare_columns(_draw(rng, 40), _draw(rng, 40), resamples=0)
+        comparisons = len(changes)
+        marked_runs += any(c.marked for c in changes)
+    assert comparisons == 3 * 7 - 1  # every band used, gsm8k has no env_queue
+    assert marked_runs <= 10  # at least 95% of the seeds: no mark at all
+
+
+def test_a_ten_percent_shift_of_one_band_is_marked_in_most_seeds():
+    from otel_rollout.report._compare import compare_columns
+
+    hits = others = 0
+    for seed in range(50):
+        rng = np.random.default_rng(1000 + seed)
+        base = _draw(rng, 400)
+        run = _draw(rng, 400, shift=("text2sql", "llm", 1.10))
+        changes = {(c.env_class, c.band): c for c in compare_columns(base, run, resamples=0)}
+        hits += changes[("text2sql", "llm")].marked
+        others += sum(c.marked for key, c in changes.items() if key[0] != "text2sql")
+    assert hits >= 40  # most of them
+    assert others <= 3  # the env classes left alone stay quiet
+
+
+def test_a_tiny_difference_is_never_marked_however_sure():
+    from otel_rollout.report._compare import compare_columns, practically_large
+
+    base = {"e": {b: np.full(100, 1.0) for b in ("e2e", "llm", "env", "env_setup",
+                                                  "env_teardown", "other", "env_queue",
+                                                  "finish_session")}}  # fmt: skip
+    run = {"e": {b: c + (0.01 if b == "llm" else 0.0) for b, c in base["e"].items()}}
+    (llm,) = [c for c in compare_columns(base, run, resamples=0) if c.band == "llm"]
+    assert llm.p_adjusted == 0.0 and not llm.marked  # certain, but 1% of the mean
+    assert not practically_large(0.0009, 0.001) and practically_large(0.05, 1.0)
+    assert not practically_large(0.049, 1.0)
+
+
+def test_holm_and_the_t_test_against_known_values():
+    from otel_rollout.report._compare import betainc, holm, welch_p
+
+    assert holm([0.01, 0.04, 0.03, float("nan")])[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert abs(betainc(5.0, 0.5, 10 / 14) - 0.07339) < 1e-4  # t = 2, 10 degrees of freedom
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    assert welch_p(x, x) == pytest.approx(1.0) and np.isnan(welch_p(x[:1], x))
+    assert welch_p(np.ones(3), np.ones(3) * 2) == 0.0
