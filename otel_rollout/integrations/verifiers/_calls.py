@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -69,6 +70,7 @@ def client_wrapper(method: Any) -> Any:
         sig = None
 
     async def traced(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        start = time_ns()  # first: verifiers' ModelCall.time started just before the call
         bound = None
         if sig is not None:
             try:
@@ -80,7 +82,7 @@ def client_wrapper(method: Any) -> Any:
         if state is None or state.done:
             return await wrapped(*args, **kwargs)
         try:
-            gen = state.traj.generate(**_request(given.get("body"))).start()
+            gen = state.traj.generate(**_request(given.get("body"))).start(start_time=start)
         except Exception as exc:
             internal_error("verifiers generate start", exc)
             return await wrapped(*args, **kwargs)

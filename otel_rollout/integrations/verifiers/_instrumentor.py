@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Collection
+from time import time_ns
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
@@ -19,7 +20,7 @@ from otel_rollout.integrations import require
 from otel_rollout.integrations.skyrl._patches import Patches
 from otel_rollout.integrations.verifiers._calls import client_wrapper, record_call_wrapper
 from otel_rollout.integrations.verifiers._rollout import Starting, current, finish, state_of
-from otel_rollout.integrations.verifiers._state import STARTING, clear, pinned_clock, to_ns
+from otel_rollout.integrations.verifiers._state import STARTING, clear, pinning, to_ns
 
 ROLLOUT_MODULE = "verifiers.v1.rollout"
 TRACE_MODULE = "verifiers.v1.trace"
@@ -43,9 +44,7 @@ class VerifiersInstrumentor(BaseInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         rollout_mod = require(ROLLOUT_MODULE, "verifiers")
-        tracer = kwargs.get("rollout_tracer") or RolloutTracer(
-            kwargs.get("tracer_provider"), kwargs.get("meter_provider"), clock=pinned_clock
-        )
+        tracer = _tracer(kwargs)
         self._rollout_tracer = tracer
         patches = self._patches = Patches()
         cls = rollout_mod.Rollout
@@ -139,6 +138,26 @@ class VerifiersInstrumentor(BaseInstrumentor):
             runner.gather_rollouts = self._real_gather
             self._runner = None
         clear()
+
+
+def _tracer(kwargs: dict[str, Any]) -> RolloutTracer:
+    """The tracer of ``instrument(rollout_tracer=)`` (or of ``tracer_provider=``,
+    ``meter_provider=``, ``processor=``), on a clock that can be pinned to verifiers'
+    timestamps where a root starts and ends."""
+    given = kwargs.get("rollout_tracer")
+    if given is not None:
+        return RolloutTracer(
+            getattr(given, "_provider", None),
+            getattr(given, "_meter_provider", None),
+            processor=given.processor,
+            clock=pinning(getattr(given, "_clock", None) or time_ns),
+        )
+    return RolloutTracer(
+        kwargs.get("tracer_provider"),
+        kwargs.get("meter_provider"),
+        processor=kwargs.get("processor"),
+        clock=pinning(),
+    )
 
 
 def _traced_notify(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

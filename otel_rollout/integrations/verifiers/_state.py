@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any
@@ -28,10 +29,15 @@ _PINNED: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 
-def pinned_clock() -> int:
-    """The tracer's clock: now, or the pinned end of the root being ended."""
-    pinned = _PINNED.get()
-    return time_ns() if pinned is None else pinned
+def pinning(base: Callable[[], int] = time_ns) -> Callable[[], int]:
+    """A tracer clock: ``base``, or the time pinned in this context (a root's start at
+    verifiers' boot start, its end when ``close()`` returned)."""
+
+    def clock() -> int:
+        pinned = _PINNED.get()
+        return base() if pinned is None else pinned
+
+    return clock
 
 
 def pin(time_ns_: int | None) -> None:
