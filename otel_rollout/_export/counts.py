@@ -43,6 +43,9 @@ class ExportStats:
     in_flight: int = 0  # handed to the exporter, which has not answered yet
     held: int = 0  # tail-kept spans waiting in the release buffer for room in the queue
     dropped_kept_overflow: int = 0
+    #: trajectories (not spans) the breakdown processor stopped tracking before their root
+    #: ended (past its in-flight cap or age limit): never measured. Not in ``dropped``.
+    trajectories_evicted: int = 0
 
     @property
     def dropped(self) -> int:

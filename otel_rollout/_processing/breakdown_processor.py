@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -17,12 +19,13 @@ from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._accounting.compute import root_breakdown
 from otel_rollout._accounting.waits import add_engine, engine_ns
-from otel_rollout._base.errors import internal_error, warn_once
+from otel_rollout._base.errors import internal_error
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._processing.batch_registry import BatchRegistry
 from otel_rollout._processing.histograms import TrajectoryHistograms
 from otel_rollout._version import __version__
 
+_log = logging.getLogger("otel_rollout")
 BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
 _PHASE = A.PHASE
@@ -32,6 +35,10 @@ _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
 #: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
 SCOPE_NAME = "otel_rollout"
+
+
+def _reasons(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {why}" for why, n in counts.items())
 
 
 def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
@@ -49,7 +56,7 @@ def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
 
 class _Trajectory:
     __slots__ = (
-        "attrs", "breakdown", "engine", "n_open", "phases", "root_id", "start_ns", "trace_id",
+        "attrs", "breakdown", "engine", "open_ids", "phases", "root_id", "start_ns", "trace_id",
     )  # fmt: skip
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
@@ -60,9 +67,15 @@ class _Trajectory:
         # flat (phase code, start ns, end ns) triples of the ended outermost phases:
         # 24 bytes a phase instead of a tuple of boxed ints
         self.phases: array[int] = array("q")
-        self.n_open = 0  # open descendant spans tracked in the processor's open map
+        #: its open descendant spans in the processor's open map: removing a trajectory
+        #: touches only these, never the whole map
+        self.open_ids: set[int] = set()
         self.breakdown: Breakdown | None = None
         self.engine: list[int] | None = None  # engine timings of its generate calls
+
+    @property
+    def n_open(self) -> int:
+        return len(self.open_ids)
 
 
 class BreakdownProcessor(SpanProcessor):
@@ -109,12 +122,15 @@ class BreakdownProcessor(SpanProcessor):
         self._max_in_flight = max_in_flight
         self._max_age_ns = int(max_age_s * 1e9)
         self._lock = threading.Lock()
-        self._trajs: dict[int, _Trajectory] = {}
+        # oldest first: the next to evict is at the front, found and removed in O(1)
+        self._trajs: OrderedDict[int, _Trajectory] = OrderedDict()
         # open span id -> (trajectory, outermost phase so far, start if a top-level phase)
         self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
         self._phase_names: list[str] = [*A.BANDS, _OVERFLOW_PHASE]
         self._phase_codes = {name: i for i, name in enumerate(self._phase_names)}
-        self.evicted = 0
+        self.evicted = 0  # trajectories evicted, never measured
+        self.evicted_by_reason: dict[str, int] = {}
+        self._next_eviction_log = 1
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             "otel_rollout", __version__
         )
@@ -165,7 +181,7 @@ class BreakdownProcessor(SpanProcessor):
             with self._lock:
                 if traj.root_id in self._trajs:
                     self._open[sid] = new
-                    traj.n_open += 1
+                    traj.open_ids.add(sid)
         except Exception as exc:
             internal_error("BreakdownProcessor.on_start", exc)
 
@@ -190,7 +206,7 @@ class BreakdownProcessor(SpanProcessor):
                     return
                 traj, phase, top_start = entry
                 if traj.root_id != sid:
-                    traj.n_open -= 1
+                    traj.open_ids.discard(sid)
                     if top_start is not None:
                         code = self._phase_codes.get(phase)
                         if code is None:
@@ -277,7 +293,7 @@ class BreakdownProcessor(SpanProcessor):
                     if entry[0].root_id == sid:
                         return  # a root already tracked
                     del self._open[sid]
-                    entry[0].n_open -= 1
+                    entry[0].open_ids.discard(sid)
             self.on_start(span)
         except Exception as exc:
             internal_error("BreakdownProcessor.track", exc)
@@ -294,10 +310,10 @@ class BreakdownProcessor(SpanProcessor):
         # (name, start, end) triples, unpacked in C: this runs once per trajectory
         names = map(self._phase_names.__getitem__, flat[::3])
         phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
-        if traj.n_open > 0:  # rare: phases still open at the root's end (scan once)
-            for entry in self._open.values():
-                if entry[0] is traj and entry[2] is not None:
-                    phases.append((entry[1], entry[2], end_ns))
+        for sid in traj.open_ids:  # rare: phases still open at the root's end
+            entry = self._open.get(sid)
+            if entry is not None and entry[2] is not None:
+                phases.append((entry[1], entry[2], end_ns))
         return phases
 
     def _compute(
@@ -335,10 +351,10 @@ class BreakdownProcessor(SpanProcessor):
     def _remove_locked(self, traj: _Trajectory) -> None:
         self._trajs.pop(traj.root_id, None)
         self._open.pop(traj.root_id, None)
-        if traj.n_open > 0:
-            for sid in [k for k, v in self._open.items() if v[0] is traj]:
-                del self._open[sid]
-            traj.n_open = 0
+        if traj.open_ids:
+            for sid in traj.open_ids:
+                self._open.pop(sid, None)
+            traj.open_ids = set()
 
     def _evict_locked(self, now_ns: int) -> None:
         while self._trajs:
@@ -351,14 +367,17 @@ class BreakdownProcessor(SpanProcessor):
                 return
             self._remove_locked(oldest)
             self.evicted += 1
+            self.evicted_by_reason[reason] = self.evicted_by_reason.get(reason, 0) + 1
             self._evicted_counter.add(1, {A.EVICTION_REASON: reason})
-            warn_once(
-                f"evict:{reason}",
-                "otel-rollout: evicting in-flight trajectories (%s); their roots never ended "
-                "in time. Counted in the %s metric.",
-                reason,
-                A.METRIC_EVICTED,
-            )
+            if self.evicted >= self._next_eviction_log:  # at 1, 10, 100...: a few lines
+                self._next_eviction_log *= 10
+                _log.warning(
+                    "otel-rollout: %d in-flight trajectories evicted so far (%s), never "
+                    "measured: their roots did not end in time (max_in_flight %d, max_age "
+                    "%.0f s). Counted in the %s metric, export_stats and the summary.",
+                    self.evicted, _reasons(self.evicted_by_reason), self._max_in_flight,
+                    self._max_age_ns / 1e9, A.METRIC_EVICTED,
+                )  # fmt: skip
 
     def _code(self, phase: str) -> int:
         code = self._phase_codes.get(phase)
@@ -372,6 +391,8 @@ class BreakdownProcessor(SpanProcessor):
     def _reset(self) -> None:
         """In a forked child: the parent's trajectories are not this process's to finish."""
         self._lock = threading.Lock()
-        self._trajs = {}
+        self._trajs = OrderedDict()
         self._open = {}
         self.evicted = 0
+        self.evicted_by_reason = {}
+        self._next_eviction_log = 1

@@ -256,6 +256,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("semconv_opt_in", (A.SEMCONV_OPT_IN_ENV,), Text(), None,
             f"`{A.SEMCONV_GENAI_LATEST}`: the latest GenAI span names; `{A.SEMCONV_GENAI_DUP}`:"
             " old and new attributes both", default_doc="none", argument=False),
+    Setting("max_in_flight", ("OTEL_ROLLOUT_MAX_IN_FLIGHT",),
+            Number(1, integer=True, unit="trajectories"), 100_000,
+            "trajectories tracked at once; past it the oldest is evicted (never measured, "
+            "counted in the summary and `export_stats`)", argument=False),
     Setting("flush_on_signals", ("OTEL_ROLLOUT_FLUSH_ON_SIGNALS",), Bool(), True,
             "the global `configure()` flushes (and prints the summary) on `SIGTERM` and "
             "`SIGHUP` before the process ends as the signal would, or before the handler "
@@ -310,6 +314,7 @@ class Settings:
     capture_content: bool
     capture_max_chars: int
     semconv_opt_in: str | None
+    max_in_flight: int
     flush_on_signals: bool
     raise_internal_errors: bool
     sources: Mapping[str, str] = dataclasses.field(compare=False, repr=False)

@@ -147,7 +147,8 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
         sinks.append(on_breakdown)
     # No reader (metrics exporter "none"): histogram records would go nowhere.
     processor = BreakdownProcessor(meter_provider, on_breakdown=sinks, bands=settings.bands,
-                                   record_metrics=bool(readers))  # fmt: skip
+                                   record_metrics=bool(readers),
+                                   max_in_flight=settings.max_in_flight)  # fmt: skip
     configure_loop_stalls(settings.loop_stalls, threshold_s=settings.loop_stall_threshold_ms / 1e3,
                           meter_provider=meter_provider)  # fmt: skip
     tracer_provider = TracerProvider(resource=resource,

@@ -144,6 +144,8 @@ class Rollout:
         total = ExportStats()
         for p in self._export:
             total += p.stats
+        if self.processor is not None:  # trajectories never measured, not spans
+            total.trajectories_evicted = self.processor.evicted
         return total
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
@@ -201,6 +203,8 @@ class Rollout:
         stats = self.export_stats
         if stats.dropped:
             _log.warning("otel-rollout: %s", _loss_line(stats))
+        if stats.trajectories_evicted:
+            _log.warning("otel-rollout: %s", _evicted_line(self.processor))
 
     def __enter__(self) -> Rollout:
         return self
@@ -217,7 +221,9 @@ class Rollout:
             return
         figures = summary.figures()
         out = self.summary_stream
-        print(f"otel-rollout: {summary.count} trajectories", file=out)
+        evicted = self.processor.evicted if self.processor is not None else 0
+        more = f" (and {evicted} evicted, not measured)" if evicted else ""
+        print(f"otel-rollout: {summary.count} trajectories{more}", file=out)
         p90 = "p90" if summary.exact else "p90~"  # from a sample beyond the reservoir
         for band, _ in _SUMMARY_BANDS:
             f = figures[band]
@@ -232,11 +238,19 @@ class Rollout:
         stats = self.export_stats
         if stats.dropped:
             print(f"  {_loss_line(stats)}", file=out)
+        if stats.trajectories_evicted:
+            print(f"  {_evicted_line(self.processor)}", file=out)
         if self.trace_file is not None:
             f = self.trace_file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
             shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
             print(f"  traces: {printable_for(out, str(shown))}", file=out)
+
+
+def _evicted_line(processor: Any) -> str:
+    reasons = ", ".join(f"{n} {why}" for why, n in processor.evicted_by_reason.items())
+    return (f"{processor.evicted} trajectories evicted before their root ended ({reasons}): "
+            "not measured, not in the figures above")  # fmt: skip
 
 
 def _loss_line(stats: ExportStats) -> str:
