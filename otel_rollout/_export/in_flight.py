@@ -11,6 +11,8 @@ with their current phase and start (parallel arrays; the format is in docs/live.
 
 Bounded and optional: one record per interval, at most ``max_listed`` trajectories in it
 (the oldest: the tail forming); none while nothing runs; ``interval_s=0`` turns it off.
+With so many running that a record costs more than 1% of a core per interval, the
+interval stretches to keep it at 1% (10,000 running: about 17 ms a record).
 The record is written from a thread of its own, under the lock that also serialises the
 pipeline's exports, so the exporter never sees two calls at once; it is not counted in
 the export counts (it is not one of the user's spans) and never raises.
@@ -22,6 +24,7 @@ import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -50,6 +53,8 @@ BATCH_IDS = "rollout.in_flight.batch_ids"
 STARTS = "rollout.in_flight.start_ns"
 PHASES = "rollout.in_flight.phases"
 PHASE_STARTS = "rollout.in_flight.phase_start_ns"
+#: The records' CPU at most, as a share of one core (the interval stretches beyond it).
+MAX_CPU_SHARE = 0.01
 _SCOPE = InstrumentationScope("otel_rollout.in_flight", __version__)
 
 
@@ -176,10 +181,15 @@ class InFlightExporter(SpanExporter):
 
     def _run(self) -> None:
         pid = os.getpid()
-        while not self._stop.wait(self._interval):
+        wait = self._interval
+        while not self._stop.wait(wait):
             if os.getpid() != pid:  # pragma: no cover - a thread does not survive a fork
                 return
+            cpu = time.thread_time()
             self.write_record()
+            # tens of thousands running make a record cost milliseconds: wait longer, so
+            # the records never take more than MAX_CPU_SHARE of a core
+            wait = max(self._interval, (time.thread_time() - cpu) / MAX_CPU_SHARE)
 
     def shutdown(self) -> None:
         self._stop.set()
