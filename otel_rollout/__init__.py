@@ -13,18 +13,19 @@ from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.compute import compute_breakdown
 from otel_rollout._accounting.span_tree import SpanRecord, outermost_phases
 from otel_rollout._accounting.summary import BreakdownCollector, group_by, summarize
-from otel_rollout._api.batch_span import Batch, current_batch
+from otel_rollout._api.batch_span import Batch as BatchHandle
+from otel_rollout._api.batch_span import current_batch
 from otel_rollout._api.context import bind_context, run_in_executor
+from otel_rollout._api.phase_handles import Phase as PhaseHandle
 from otel_rollout._api.tracer import (
     Generation,
-    Phase,
     RolloutTracer,
-    Trajectory,
     batch,
     current_trajectory,
     phase,
     trajectory,
 )
+from otel_rollout._api.trajectory import Trajectory as TrajectoryHandle
 from otel_rollout._export.console import ConsoleTreeExporter
 from otel_rollout._export.guarded import ExportStats, guarded_batch_processor
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
@@ -38,10 +39,33 @@ from otel_rollout._setup.rollout import get_rollout
 from otel_rollout._version import __version__
 from otel_rollout.attributes import ALL_BANDS, BANDS
 
+#: Names that moved, and where to: still importable, with a DeprecationWarning.
+_MOVED = {
+    "Trajectory": ("TrajectoryHandle", TrajectoryHandle),
+    "Batch": ("BatchHandle", BatchHandle),
+    "Phase": ("PhaseHandle", PhaseHandle),
+}
+
+
+def __getattr__(name: str) -> object:
+    moved = _MOVED.get(name)
+    if moved is None:
+        raise AttributeError(f"module 'otel_rollout' has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(
+        f"otel_rollout.{name} is deprecated; use otel_rollout.{moved[0]} (the handle class; "
+        f"otel_rollout.{name.lower()} is the function that makes one)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return moved[1]
+
+
 __all__ = [
     "ALL_BANDS",
     "BANDS",
-    "Batch",
+    "BatchHandle",
     "BatchAccumulator",
     "BatchAnalysis",
     "Breakdown",
@@ -52,7 +76,7 @@ __all__ = [
     "ExportStats",
     "GenAIMetricsProcessor",
     "Generation",
-    "Phase",
+    "PhaseHandle",
     "PhaseInterval",
     "RecordingRatioSampler",
     "Rollout",
@@ -61,7 +85,7 @@ __all__ = [
     "SpanRecord",
     "StepFunction",
     "TailKeepProcessor",
-    "Trajectory",
+    "TrajectoryHandle",
     "__version__",
     "analyze_batch",
     "batch",

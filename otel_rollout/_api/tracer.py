@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import warnings
 from collections.abc import Callable, Mapping
 from time import time_ns
 from typing import Any
@@ -221,6 +222,15 @@ class RolloutTracer:
         processor = find_breakdown_processor(provider)
         if not isinstance(provider, ProxyTracerProvider):  # the global one may still change
             self._found = (provider, processor)
+            if processor is not None:
+                warnings.warn(
+                    "RolloutTracer found its BreakdownProcessor by reading the SDK "
+                    "provider's private processor list, which is deprecated: pass "
+                    "RolloutTracer(provider, processor=processor), or use "
+                    "otel_rollout.configure()'s rollout.tracer",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
         return processor
 
     def _restore(self, span: Span, attributes: Mapping[str, Any]) -> None:
@@ -320,7 +330,11 @@ class RolloutTracer:
 
 
 def find_breakdown_processor(provider: Any) -> BreakdownProcessor | None:
-    """The first :class:`BreakdownProcessor` among an SDK ``TracerProvider``'s processors."""
+    """The first :class:`BreakdownProcessor` among an SDK ``TracerProvider``'s processors.
+
+    Deprecated: it reads the SDK's private processor list. Pass the processor to
+    :class:`RolloutTracer` (``processor=``), or use ``configure()``'s ``rollout.tracer``.
+    """
     active = getattr(provider, "_active_span_processor", None)
     for p in getattr(active, "_span_processors", ()):
         if isinstance(p, BreakdownProcessor):
@@ -331,7 +345,16 @@ def find_breakdown_processor(provider: Any) -> BreakdownProcessor | None:
 _default: RolloutTracer | None = None
 
 
-def _default_tracer() -> RolloutTracer:
+def set_default_tracer(tracer: RolloutTracer | None) -> None:
+    """Make ``tracer`` the one :func:`trajectory` and :func:`batch` use (``configure()``
+    installs its own, with its processor); ``None`` goes back to the global providers."""
+    global _default
+    _default = tracer
+
+
+def default_tracer() -> RolloutTracer:
+    """The tracer of the module-level helpers: the global ``configure()``'s, else one on
+    the global providers."""
     global _default
     if _default is None:
         _default = RolloutTracer()
@@ -344,12 +367,17 @@ def trajectory(
     env: str | None = None,
     model: str | None = None,
     attributes: Mapping[str, AttributeValue] | None = None,
-    **ids: Any,
+    instance_id: str | int | None = None,
+    repetition_id: int | None = None,
+    group_id: str | int | None = None,
+    agent: str | None = None,
 ) -> _TrajectoryScope:
-    """:meth:`RolloutTracer.trajectory` on the global tracer provider."""
-    return _default_tracer().trajectory(
-        trajectory_id, env=env, model=model, attributes=attributes, **ids
-    )
+    """:meth:`RolloutTracer.trajectory` on the global ``configure()``'s tracer (else the
+    global providers): the same keywords, the same meaning."""
+    return default_tracer().trajectory(
+        trajectory_id, env=env, model=model, attributes=attributes, instance_id=instance_id,
+        repetition_id=repetition_id, group_id=group_id, agent=agent,
+    )  # fmt: skip
 
 
 def batch(
@@ -359,5 +387,6 @@ def batch(
     batch_id: str | None = None,
     nest: bool = False,
 ) -> BatchScope:
-    """:meth:`RolloutTracer.batch` on the global tracer and meter providers."""
-    return _default_tracer().batch(step, attributes=attributes, batch_id=batch_id, nest=nest)
+    """:meth:`RolloutTracer.batch` on the global ``configure()``'s tracer (else the global
+    providers)."""
+    return default_tracer().batch(step, attributes=attributes, batch_id=batch_id, nest=nest)

@@ -48,11 +48,12 @@ def make(stream=None, **options):
     stream = Out() if stream is None else stream
     collector = BreakdownCollector()
     provider = TracerProvider()
-    provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
+    processor = BreakdownProcessor(MeterProvider(), on_breakdown=collector)
+    provider.add_span_processor(processor)
     exporter = ConsoleTreeExporter(stream=stream, **options)
     stream.exporters = [exporter]
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RolloutTracer(provider), provider, exporter, stream, collector
+    return RolloutTracer(provider, processor=processor), provider, exporter, stream, collector
 
 
 async def run_trajectory(tracer, instance_id="i1", turns=2, tokens=12, judge=False):
@@ -249,8 +250,7 @@ async def test_a_broken_stream_never_raises_and_export_reports_failure(caplog, m
 
 
 def test_the_buffer_is_bounded_and_the_oldest_trace_prints_partially(caplog):
-    _, provider, exporter, stream, _ = make(max_buffered_spans=5)
-    tracer = RolloutTracer(provider)
+    tracer, _, exporter, stream, _ = make(max_buffered_spans=5)
 
     def open_trajectory(i: int):
         scope = tracer.trajectory(f"open{i}", env="gsm8k")

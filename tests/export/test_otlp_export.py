@@ -42,9 +42,10 @@ def test_trajectories_arrive_with_their_tree_breakdown_and_histograms(protocol):
         meter_provider = MeterProvider(metric_readers=[reader], resource=resource)
         collector = BreakdownCollector()
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(BreakdownProcessor(meter_provider, on_breakdown=collector))
+        processor = BreakdownProcessor(meter_provider, on_breakdown=collector)
+        provider.add_span_processor(processor)
         provider.add_span_processor(BatchSpanProcessor(span_exporter))
-        tracer = RolloutTracer(provider, meter_provider)
+        tracer = RolloutTracer(provider, meter_provider, processor=processor)
         for i in range(N):
             with tracer.trajectory(f"t{i}", env="gsm8k", model="m") as traj:
                 with traj.env_setup():
@@ -94,14 +95,15 @@ def test_endpoint_down_then_back_loses_no_breakdown_and_export_resumes():
     rx = OTLPReceiver()  # not started yet: the port refuses connections
     collector = BreakdownCollector()
     provider = TracerProvider()
-    provider.add_span_processor(BreakdownProcessor(MeterProvider(), on_breakdown=collector))
+    processor = BreakdownProcessor(MeterProvider(), on_breakdown=collector)
+    provider.add_span_processor(processor)
     provider.add_span_processor(
         BatchSpanProcessor(
             OTLPSpanExporter(endpoint=rx.grpc_endpoint, insecure=True, timeout=1),
             schedule_delay_millis=50,
         )
     )
-    tracer = RolloutTracer(provider)
+    tracer = RolloutTracer(provider, processor=processor)
 
     def run(prefix, n):
         for i in range(n):

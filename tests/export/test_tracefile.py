@@ -29,10 +29,10 @@ class _Clock:
 def _tracer(exporter):
     provider = TracerProvider()
     online = []
-    provider.add_span_processor(BreakdownProcessor(on_breakdown=online.append,
-                                                   record_metrics=False))  # fmt: skip
+    processor = BreakdownProcessor(on_breakdown=online.append, record_metrics=False)
+    provider.add_span_processor(processor)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RolloutTracer(provider), online
+    return RolloutTracer(provider, processor=processor), online
 
 
 def _run(tracer, n, start=0):

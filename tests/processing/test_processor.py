@@ -287,14 +287,15 @@ def test_the_tracer_hands_each_root_to_the_processor_it_was_given():
     assert not t.span.is_recording()  # finish() ended the root
 
 
-def test_a_processor_installed_by_the_user_is_found_on_the_provider():
+def test_a_processor_found_on_the_provider_still_works_and_the_lookup_warns():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     processor = BreakdownProcessor(MeterProvider())
     provider.add_span_processor(processor)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = RolloutTracer(provider)  # no processor=: the documented fallback
-    assert tracer.processor is processor
+    tracer = RolloutTracer(provider)  # no processor=: the deprecated lookup
+    with pytest.warns(DeprecationWarning, match=r"processor=processor"):
+        assert tracer.processor is processor
     with tracer.trajectory("a", env="e") as t:
         pass
     assert t.breakdown is not None and t.breakdown.env_class == "e"
@@ -325,8 +326,9 @@ def test_finish_ends_a_root_it_does_not_track_and_returns_none():
 def test_the_tracers_meter_provider_records_the_batch_histograms():
     reader = InMemoryMetricReader()
     provider = TracerProvider()
-    provider.add_span_processor(BreakdownProcessor(MeterProvider()))
-    tracer = RolloutTracer(provider, MeterProvider(metric_readers=[reader]))
+    processor = BreakdownProcessor(MeterProvider())
+    provider.add_span_processor(processor)
+    tracer = RolloutTracer(provider, MeterProvider(metric_readers=[reader]), processor=processor)
     with tracer.batch(step=1), tracer.trajectory("a"):
         pass
     names = {m.name for rm in reader.get_metrics_data().resource_metrics
