@@ -145,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Run concurrent trajectories on skyrl-gym's gsm8k_multi_turn, text2sql (a SQLite "
             "database is created in the output dir) and lcb (generated code run against test "
             "cases in a subprocess) envs, as one batch, against a simulated "
-            "continuous-batching inference server (--engine sim) or any OpenAI-compatible "
-            "server (--engine openai). Prints the verdict (where the time went, the batch "
+            "continuous-batching inference server (--engine sim), any OpenAI-compatible "
+            "server (--engine openai) or vLLM (--engine vllm: in-process on --model PATH, "
+            "or the server at --base-url). Prints the verdict (where the time went, the batch "
             "tail, stragglers, losses), then the tables. Writes an OTLP JSON lines trace "
             "file, PNGs and HTML pages. Also exports over OTLP when "
             "OTEL_EXPORTER_OTLP_ENDPOINT is set."
@@ -158,10 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="trajectories running at once")  # fmt: skip
     demo.add_argument("--envs", type=_env_list, default=DEMO_ENVS, metavar="ENV[,ENV...]",
                       help=f"env classes, round robin; from {','.join(DEMO_ENVS)}")  # fmt: skip
-    demo.add_argument("--engine", choices=("sim", "openai"), default="sim",
-                      help="simulated engine, or an OpenAI-compatible server")  # fmt: skip
+    demo.add_argument("--engine", choices=("sim", "openai", "vllm"), default="sim",
+                      help="simulated engine, an OpenAI-compatible server, or vLLM")  # fmt: skip
     demo.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://host:8000/v1")
-    demo.add_argument("--model", help="model name for --engine openai")
+    demo.add_argument("--model", help="model name (--engine openai); a local model path for "
+                      "an in-process engine (--engine vllm)")  # fmt: skip
     demo.add_argument("--seed", type=int, default=0, help="seed of the workload and engine")
     demo.add_argument("--output-dir", default=Path("otel-rollout-output"), type=Path,
                       help="where the trace file, pictures and SQLite database go")  # fmt: skip
@@ -256,6 +258,10 @@ def _demo(args: argparse.Namespace) -> int:
         if not args.base_url or not args.model:
             raise SystemExit("otel-rollout: --engine openai needs --base-url and --model")
         engine = OpenAIEngine(args.base_url, args.model)
+    elif args.engine == "vllm":
+        from otel_rollout.demo._vllm import vllm_engine
+
+        engine = vllm_engine(args.model, args.base_url)
     else:
         engine = SimEngine(seed=args.seed)
     console = Console()
