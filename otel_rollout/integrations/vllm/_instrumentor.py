@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
-from otel_rollout.integrations.vllm import _dependency
+from otel_rollout.integrations.vllm import _dependency, _startup
 from otel_rollout.integrations.vllm._provider import check_provider
 from otel_rollout.integrations.vllm._shape import CallShape
 from otel_rollout.integrations.vllm._stream import Options, dispatch
@@ -149,10 +149,15 @@ class VLLMInstrumentor(BaseInstrumentor):
                 cls, "generate", _GenerateWrapper(opts, CallShape(original, skip=1))
             )
             self._patched.append((cls, own, cls.__dict__["generate"]))
+        if not kwargs.get("engine_classes"):  # vLLM's own: its start-up spans too
+            self._routed = _startup.route()
         if opts.standalone:
             check_provider(opts.tracer)
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if getattr(self, "_routed", False):
+            _startup.unroute()
+            self._routed = False
         opts = getattr(self, "_opts", None)
         if opts is not None:
             opts.active = False  # a wrapper someone else wrapped over stays, inert

@@ -39,13 +39,15 @@ class Usage:
         "prompt",
         "prompt_tokens",
         "reasons",
+        "request_id",
         "samples",
         "texts",
     )
 
-    def __init__(self, delta: bool, capture: bool, n: int = 1) -> None:
+    def __init__(self, delta: bool, capture: bool, n: int = 1, request_id: Any = None) -> None:
         self.delta = delta
         self.n = n
+        self.request_id = request_id
         self.samples: dict[int, Any] = {}
         self.done_wall: dict[int, float] = {}
         self.prompt_tokens: int | None = None
@@ -56,6 +58,12 @@ class Usage:
         self.metrics: Any = None
         self.prompt: Any = None
         self.texts: dict[int, str] | None = {} if capture else None
+
+    def adopt(self, samples: dict[int, Any]) -> None:
+        """Each sample's stats found elsewhere (the engine's own, by completion index);
+        they replace what the outputs showed."""
+        if samples:
+            self.samples.update(samples)
 
     def add(self, out: Any) -> None:
         """Take in one ``RequestOutput``."""
@@ -75,11 +83,10 @@ class Usage:
         completions = getattr(out, "outputs", None) or ()
         # one completion: the output came from that sample, and carries its stats; several
         # (FINAL_ONLY, n > 1): one aggregated output with the last sample's stats only
-        own = metrics is not None and len(completions) == 1
+        if metrics is not None and len(completions) == 1:
+            self.samples.setdefault(getattr(completions[0], "index", 0), metrics)
         for c in completions:
             idx = getattr(c, "index", 0)
-            if own:
-                self.samples[idx] = metrics
             n = len(getattr(c, "token_ids", None) or ())
             if self.delta:
                 self.output_tokens[idx] = self.output_tokens.get(idx, 0) + n

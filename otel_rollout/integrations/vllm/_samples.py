@@ -14,8 +14,10 @@ vLLM runs the ``n`` samples of a request as requests of their own: each streamed
   = prefill + decode, time to first token the earliest sample's, e2e the last sample's;
   each sample's own values are ``rollout.vllm.sample.<key>`` arrays by completion index
   (those every timed sample has), and ``rollout.vllm.samples_timed`` says how many
-  samples' stats were seen (fewer than ``n`` in ``FINAL_ONLY`` mode, where vLLM hands
-  out one aggregated output with the last sample's stats only).
+  samples' stats were found: every sample's from an in-process engine
+  (:func:`live_sample_stats`); from the outputs alone, only those of samples whose
+  outputs came unmerged (vLLM merges outputs waiting for the consumer, and in
+  ``FINAL_ONLY`` mode hands out one aggregated output with one sample's stats).
 
 ``gen_ai.latency.e2e``: vLLM's is the wall-clock time from the request's arrival to the
 output-processing step that finished it; ``RequestStateStats`` does not keep that
@@ -41,6 +43,32 @@ LATENCY_KEYS = (
     A.VLLM_TIME_IN_DECODE,
     A.VLLM_TIME_IN_INFERENCE,
 )
+
+
+def live_sample_stats(engine: Any, request_id: Any) -> dict[int, Any]:
+    """Each sample's live ``RequestStateStats`` from an in-process engine, by completion
+    index, while the request runs; empty when the engine does not show them.
+
+    With ``n > 1`` the stream alone cannot tell every sample's stats: vLLM merges the
+    outputs the consumer has not picked up yet into one ``RequestOutput`` that keeps
+    the first one's ``metrics``. The engine's output processor holds each sample's state
+    (``external_req_ids`` maps the request id to the samples' internal ids); the stats
+    objects are the ones vLLM's ``llm_request`` spans are made from, and they are
+    read when the stream ends, final by then. Duck-typed: any other shape gives ``{}``.
+    """
+    processor = getattr(engine, "output_processor", None)
+    ids = getattr(processor, "external_req_ids", None)
+    states = getattr(processor, "request_states", None)
+    if request_id is None or not isinstance(ids, Mapping) or not isinstance(states, Mapping):
+        return {}
+    out: dict[int, Any] = {}
+    for internal in ids.get(str(request_id)) or ():
+        state = states.get(internal)
+        index = getattr(state, "request_index", None)
+        stats = getattr(state, "stats", None)
+        if isinstance(index, int) and stats is not None:
+            out[index] = stats
+    return out
 
 
 def _ts(metrics: Any, name: str) -> float:

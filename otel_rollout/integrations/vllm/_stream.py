@@ -36,6 +36,7 @@ from otel_rollout.integrations.vllm._provider import (
     engine_traces,
     hint_engine_not_tracing,
 )
+from otel_rollout.integrations.vllm._samples import live_sample_stats
 from otel_rollout.integrations.vllm._shape import CallShape
 
 logger = logging.getLogger("otel_rollout.integrations.vllm")
@@ -123,7 +124,8 @@ def _begin(
         span = outer
         span.set_attributes(attrs)
     n = getattr(sampling_params, "n", 1)
-    usage = Usage(is_delta(sampling_params), _capture_content(), n if isinstance(n, int) else 1)
+    n = n if isinstance(n, int) else 1
+    usage = Usage(is_delta(sampling_params), _capture_content(), n, request_id)
     if engine_traces(engine) is False:
         hint_engine_not_tracing()
     elif shape.accepts("trace_headers"):
@@ -162,6 +164,8 @@ async def _stream(
         async for out in inner:
             if usage is not None:
                 try:
+                    if usage.n > 1 and not usage.samples:  # the request's samples, live
+                        usage.adopt(live_sample_stats(engine, usage.request_id))
                     usage.add(out)
                 except Exception as err:
                     internal_error("vllm output", err)
