@@ -213,7 +213,11 @@ def instrumented(skyrl_module):
 
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     inst.instrument()  # idempotent: a second call changes nothing
     yield env
     inst.uninstrument()
@@ -389,7 +393,11 @@ def test_uninstrument_restores_skyrl(skyrl_module, server):
         ]
     }
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     try:  # the instrumentor is a singleton: a failure here must not leak into other tests
         assert skyrl_module.skyrl_gym is not skyrl_gym
         client = RemoteInferenceClient(server.port, answer_at=0)
@@ -519,7 +527,11 @@ def test_real_skyrl_generator_agent_loop(monkeypatch):
 
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     try:
         assert mod.skyrl_gym is not skyrl_gym
 
@@ -607,7 +619,11 @@ def test_real_remote_inference_client_generate_requests_carry_traceparent(monkey
     gen = real_generator(mod, client, tok)
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     try:
 
         async def batch():

@@ -54,7 +54,11 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
     )  # fmt: skip
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     try:
 
         async def batch():
@@ -78,5 +82,3 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
     # blocked by every env step of the others.
     last = max(bds, key=lambda b: b.end_time_ns)
     assert last.loop_blocked >= (n - 1) * turns * step_s
-
-

@@ -102,7 +102,11 @@ def run_batch(mod, remote, max_env_workers):
     }
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider, meter_provider=env.meter_provider)
+    inst.instrument(
+        tracer_provider=env.tracer_provider,
+        meter_provider=env.meter_provider,
+        processor=env.processor,
+    )
     try:
         out = asyncio.run(gen.generate(batch, disable_tqdm=True))
     finally:

@@ -12,9 +12,13 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_rollout._api.batch_span import attach_batch, detach_batch, step_span_batch
-from otel_rollout._api.tracer import RolloutTracer
-from otel_rollout.integrations import require
+from otel_rollout.instrumentation import (
+    attach_batch,
+    detach_batch,
+    require,
+    rollout_tracer,
+    step_span_batch,
+)
 from otel_rollout.integrations.skyrl._calls import model_of, trajectory_kwargs
 from otel_rollout.integrations.skyrl._client import post_wrapper, wrap_client
 from otel_rollout.integrations.skyrl._env import GymProxy, traced_run
@@ -37,9 +41,7 @@ class SkyRLInstrumentor(BaseInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         module = require(GENERATOR_MODULE, "skyrl")
         cls = getattr(module, GENERATOR_CLASS)
-        tracer = kwargs.get("rollout_tracer") or RolloutTracer(
-            kwargs.get("tracer_provider"), kwargs.get("meter_provider")
-        )
+        tracer = rollout_tracer(kwargs)
         self._rollout_tracer = tracer
         self._module = module
         self._real_gym = module.__dict__.get("skyrl_gym")
