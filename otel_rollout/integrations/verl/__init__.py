@@ -22,17 +22,20 @@ span's ``gen_ai.request.id``. A sync function tool's wait for a thread is an
 A ``generate_sequences`` call is a batch: the driver's ``AgentLoopManager`` opens it
 and hands its carrier to the ``AgentLoopWorker`` actors in the chunks' ``meta_info``;
 their trajectories are roots linked to it, and their breakdowns come back with verl's
-per-sample metrics. Workers need the Ray integration's setup hook
-(``ray.init(runtime_env=otel_rollout.integrations.ray.runtime_env())``) and this
-instrumentor active in them (``OTEL_PYTHON_...`` entry point ``verl``, or an import in
-the hook chain). The step's summary keys join verl's ``meta_info["timing"]`` as
+per-sample metrics. In the workers, the Ray integration's setup hook configures
+otel-rollout and :func:`instrument_worker`, chained after it, instruments verl::
+
+    ray.init(runtime_env=otel_rollout.integrations.ray.runtime_env(
+        {"worker_process_setup_hook": "otel_rollout.integrations.verl.instrument_worker"}
+    )) The step's summary keys join verl's ``meta_info["timing"]`` as
 ``rollout/*`` (``add_timing=False`` leaves it alone). ``uninstrument()`` restores
 every function it wrapped.
 
 Modules: ``_state`` (the sample's trajectory and its open phases), ``_calls`` (what
 is read from verl's arguments and outputs), ``_timers`` (verl's timers, ours around
 them), ``_client`` (the model calls), ``_tools`` (the tool calls), ``_samples``
-(trajectories, batches and the way back to the driver), ``_instrumentor``.
+(trajectories, batches and the way back to the driver), ``_worker`` (the Ray
+workers' hook), ``_instrumentor``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from otel_rollout.integrations.verl._instrumentor import (  # noqa: E402
 from otel_rollout.integrations.verl._samples import CARRIER_META, TIMING_PREFIX  # noqa: E402
 from otel_rollout.integrations.verl._state import TOOL_CALLS_SPAN, WAIT_CAUSE  # noqa: E402
 from otel_rollout.integrations.verl._timers import REWARD_PHASE  # noqa: E402
+from otel_rollout.integrations.verl._worker import instrument_worker  # noqa: E402
 
 __all__ = [
     "ACQUIRE_SPAN",
@@ -62,4 +66,5 @@ __all__ = [
     "TOOL_CALLS_SPAN",
     "VerlInstrumentor",
     "WAIT_CAUSE",
+    "instrument_worker",
 ]

@@ -11,9 +11,10 @@ one that opens our phase around verl's own timer.
 * ``compute_score`` (the streaming reward in ``_compute_score``): a ``reward`` phase, in
   ``other`` unless ``bands`` maps it.
 
-Our phase starts before verl's timer starts and ends after it stops (microseconds
-apart), so per trajectory our ``llm`` is verl's ``generate_sequences`` and our ``env``
-its ``tool_calls``.
+Our phase starts just before verl's timer starts (its span is made once the timer runs,
+with the time taken before) and ends just after it stops, microseconds apart, so per
+trajectory our ``llm`` is verl's ``generate_sequences`` and our ``env`` its
+``tool_calls``.
 """
 
 from __future__ import annotations
@@ -46,11 +47,15 @@ class _Timed:
         self._token: Any = None
 
     def __enter__(self) -> Any:
+        # The time first, verl's timer next, our span last: making the span (and the
+        # span processors' on_start) falls inside verl's timer and inside our phase.
+        t0 = self._state.traj._clock()
+        value = self._inner.__enter__()
         try:
-            self._begin()
+            self._begin(t0)
         except Exception as exc:  # telemetry never stops the loop
             internal_error("verl timer start", exc)
-        return self._inner.__enter__()
+        return value
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
         try:
@@ -61,18 +66,20 @@ class _Timed:
             except Exception as err:
                 internal_error("verl timer end", err)
 
-    def _begin(self) -> None:
+    def _begin(self, t0: int) -> None:
         state, traj = self._state, self._state.traj
         if self._name == GENERATE:
             gen = traj.generate(operation=A.OP_TEXT_COMPLETION).start(
-                context=otel_context.get_current()
+                context=otel_context.get_current(), start_time=t0
             )
             state.gen = self._open = gen
             self._token = otel_context.attach(trace.set_span_in_context(gen.span))
         elif self._name == TOOL_CALLS:
-            state.round = self._open = ToolRound(traj, traj._clock())
+            state.round = self._open = ToolRound(traj, t0)
         else:
-            phase = traj.phase(REWARD_PHASE).start(context=otel_context.get_current())
+            phase = traj.phase(REWARD_PHASE).start(
+                context=otel_context.get_current(), start_time=t0
+            )
             self._open = phase
             self._token = otel_context.attach(trace.set_span_in_context(phase.span))
 
