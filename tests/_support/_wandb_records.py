@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,30 @@ def _payloads(data: bytes):
             pos += _BLOCK - pos % _BLOCK if pos % _BLOCK else 0
 
 
-def history(path: str | Path) -> list[dict[str, Any]]:
-    """Each ``run.log`` row of the run, keys to decoded JSON values."""
+def records(path: str | Path) -> list[Any]:
+    """The run's records, in order."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    rows = []
+    out = []
     for payload in _payloads(Path(path).read_bytes()):
         rec = pb.Record()
         rec.ParseFromString(payload)
-        if rec.WhichOneof("record_type") == "history":
-            rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
-                         for i in rec.history.item})  # fmt: skip
-    return rows
+        out.append(rec)
+    return out
+
+
+def history(path: str | Path, wait_s: float = 30.0) -> list[dict[str, Any]]:
+    """Each ``run.log`` row of the run, keys to decoded JSON values. The log is written
+    by wandb's own process, which may still be writing when ``wandb.finish()`` returns:
+    read until its ``exit`` record is there (at most ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        recs = records(path) if Path(path).exists() else []
+        if any(r.WhichOneof("record_type") == "exit" for r in recs):
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path}: no exit record after {wait_s} s")
+        time.sleep(0.1)
+    return [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+             for i in r.history.item}
+            for r in recs if r.WhichOneof("record_type") == "history"]  # fmt: skip
