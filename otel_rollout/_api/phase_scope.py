@@ -11,8 +11,10 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
+from otel_rollout import attributes as A
 from otel_rollout._api.phase_handles import Phase
 from otel_rollout._api.recording import _record_exception
+from otel_rollout._base import limits
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
 
@@ -53,6 +55,9 @@ def _detach(token: object) -> None:
     except (ValueError, RuntimeError):
         pass
 
+
+#: What a phase span needs to be read back as one, least needed first.
+_PHASE_KEYS = (A.TURN, A.PHASE)
 
 #: Which per-trajectory counter numbers a phase's ``rollout.turn``.
 _NO_COUNT, _COUNT_TURN, _COUNT_STEP = 0, 1, 2
@@ -119,6 +124,8 @@ class _PhaseScope:
             try:
                 if _loopstall.ACTIVE:
                     _loopstall.phase_ending(span)
+                if limits.dropped(span):  # past the attribute limit: the phase survives
+                    limits.keep(span, self._attrs, _PHASE_KEYS)
                 span.end(end_time=handle._clock())
             finally:
                 _detach(token)

@@ -21,6 +21,7 @@ from otel_rollout._api.phase_handles import Generation, Phase
 from otel_rollout._api.phase_scope import _CURRENT, _detach, _PhaseScope
 from otel_rollout._api.recording import _capture_content, _record_exception
 from otel_rollout._api.trajectory import Trajectory, current_trajectory
+from otel_rollout._base import limits
 from otel_rollout._base import semconv as _semconv
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
@@ -109,10 +110,11 @@ class _TrajectoryScope:
             traj._outer = parent if parent is not None else otel_context.get_current()
             recorded = getattr(span, "attributes", None)
             if recorded is not None and A.TRAJECTORY_ID not in recorded and span.is_recording():
-                # The sampler replaced the attributes: restore them on the root and on
-                # each phase, and let the processor see them (on_start could not).
+                # The sampler replaced the attributes, or the attribute limit evicted the
+                # id (many user attributes): restore them on the root (ours last, so they
+                # survive the limit) and on each phase, and let the processor see them.
                 traj._restore = owner._restore
-                owner._restore(span, attrs)
+                owner._restore(span, limits.own_last(attrs, limits.ROOT_KEYS))
             self._traj = traj
             self._ctx_token = otel_context.attach(traj._ctx)
             self._var_token = _CURRENT.set(traj)

@@ -19,6 +19,7 @@ from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._accounting.compute import root_breakdown
 from otel_rollout._accounting.waits import add_engine, engine_ns
+from otel_rollout._base import limits
 from otel_rollout._base.errors import internal_error
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._processing.batch_registry import BatchRegistry
@@ -56,7 +57,8 @@ def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
 
 class _Trajectory:
     __slots__ = (
-        "attrs", "breakdown", "engine", "open_ids", "phases", "root_id", "start_ns", "trace_id",
+        "attrs", "breakdown", "engine", "initial", "open_ids", "phases", "root_id", "start_ns",
+        "trace_id",
     )  # fmt: skip
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
@@ -64,6 +66,8 @@ class _Trajectory:
         self.trace_id = trace_id
         self.start_ns = start_ns
         self.attrs = attrs  # the root's attributes (a live view)
+        # as they were at the start: what the span attribute limit evicts later stays here
+        self.initial = dict(attrs)
         # flat (phase code, start ns, end ns) triples of the ended outermost phases:
         # 24 bytes a phase instead of a tuple of boxed ints
         self.phases: array[int] = array("q")
@@ -147,6 +151,7 @@ class BreakdownProcessor(SpanProcessor):
         #: The open batches of the tracers using this processor (their breakdowns go there).
         self.batches = BatchRegistry()
         reset_in_child(self, BreakdownProcessor._reset)
+        limits.quiet_sdk_drop_warnings()  # one line with a count instead (limits.keep)
 
     # --- public ---------------------------------------------------------------------------
     def add_sink(self, sink: BreakdownSink) -> None:
@@ -270,6 +275,9 @@ class BreakdownProcessor(SpanProcessor):
                 extra = {A.STATUS: status} if status is not None else _EMPTY
                 bd = traj.breakdown = self._compute(traj, end_ns, phases, extra, code)
                 root.set_attributes(bd.as_attributes())
+                if limits.dropped(root):  # past the attribute limit: ours are set again
+                    own = {**traj.initial, **_plain_attributes(root), **extra}
+                    limits.keep(root, own, limits.ROOT_KEYS)
         except Exception as exc:
             internal_error("BreakdownProcessor.finish", exc)
         try:
@@ -324,7 +332,8 @@ class BreakdownProcessor(SpanProcessor):
         attrs: Mapping[str, Any],
         status_code: StatusCode | None,
     ) -> Breakdown:
-        merged = dict(traj.attrs)
+        merged = dict(traj.initial)
+        merged.update(traj.attrs)
         merged.update(attrs)
         return root_breakdown(
             traj.start_ns,
