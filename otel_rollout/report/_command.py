@@ -14,7 +14,12 @@ from collections import Counter
 from typing import Any, TextIO
 
 from otel_rollout.report._aggregate import ReportData
-from otel_rollout.report._model import ReadResult, TraceReadError, TrajectoryTrace
+from otel_rollout.report._model import (
+    LOSS_INCOMPLETE,
+    ReadResult,
+    TraceReadError,
+    TrajectoryTrace,
+)
 
 EXIT_OK = 0
 EXIT_NO_TRAJECTORIES = 1
@@ -106,8 +111,10 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
             extra["baseline"] = changes_json(changes)
         print(dumps(data, result, extra))
         _say_empty(result, data, sys.stderr, present, args)
-        if result.incomplete:
-            print(f"incomplete: {' '.join(result.incomplete)}", file=sys.stderr)
+        if result.incomplete:  # the ids are in the JSON
+            n = max(len(result.incomplete), result.losses.get(LOSS_INCOMPLETE, 0))
+            print(f"otel-rollout report: {n} incomplete trajectories (no root span); ids in "
+                  "incomplete_trace_ids", file=sys.stderr)  # fmt: skip
         return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
     from rich.console import Console
 

@@ -13,7 +13,8 @@ from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
-    ``trajectories``, ``found`` (before filters), ``incomplete``, ``losses`` per reason and
+    ``trajectories``, ``found`` (before filters), ``incomplete`` (and the first 1,000 of
+    their ids, ``incomplete_trace_ids``), ``losses`` per reason and
     ``export_losses``: spans the writers counted lost before the file, per reason;
     with rewards, ``reward_vs_latency``: mean reward by e2e decile and by turn count per
     env class; with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
@@ -21,6 +22,8 @@ def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     out["trajectories"] = data.count
     out["found"] = result.found
     out["incomplete"] = result.losses.get(LOSS_INCOMPLETE, 0)
+    #: the first MAX_LISTED of them (the terminal shows ten, with --verbose)
+    out["incomplete_trace_ids"] = list(result.incomplete)
     losses = result.all_losses()
     if data.batches.dropped:
         losses[LOSS_BATCH_FULL] = data.batches.dropped

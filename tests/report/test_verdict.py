@@ -201,3 +201,43 @@ def test_html_pages_link_trace_ids_keep_tables_unwrapped_and_have_a_time_axis(tm
                        batches)  # fmt: skip
     assert len(ticks) >= 3 and ticks[0] == "0"
     assert "seconds since the batch started" in batches and "white-space:nowrap" in batches
+
+
+def test_incomplete_trace_ids_are_capped_on_the_terminal_and_all_in_json(tmp_path, capsys):
+    from otel_rollout.cli import main
+
+    path = _batch_file(tmp_path / "t.jsonl", n=8)
+    orphans = [{"traceId": format(10_000 + k, "032x"), "spanId": format(k + 1, "016x"),
+                "parentSpanId": format(99, "016x"), "name": "llm",
+                "startTimeUnixNano": str(T0), "endTimeUnixNano": str(T0 + U),
+                "attributes": [_kv(A.PHASE, "llm")]} for k in range(30)]  # fmt: skip
+    doc = {"resourceSpans": [{"resource": {"attributes": []},
+                              "scopeSpans": [{"spans": orphans}]}]}  # fmt: skip
+    with path.open("a") as f:
+        f.write(json.dumps(doc) + "\n")
+    assert main(["report", str(path)]) == 0
+    brief = capsys.readouterr().out
+    assert "30 incomplete trajectories (no root span)" in brief
+    assert format(10_000, "032x") not in brief
+    assert main(["report", str(path), "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    assert sum(format(10_000 + k, "032x") in verbose for k in range(30)) == 10
+    assert "and 20 more (see --format json)" in verbose
+    assert main(["report", str(path), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)["incomplete_trace_ids"]) == 30
+    assert len(captured.err.strip().splitlines()) == 1 and "30 incomplete" in captured.err
+
+
+def test_the_demo_on_an_80_column_terminal_leads_with_the_verdict(tmp_path):
+    pytest.importorskip("skyrl_gym")
+    pytest.importorskip("matplotlib")
+    lines = _on_a_terminal(80, "demo", "-n", "6", "--concurrency", "3", "--no-progress",
+                           "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    assert re.match(r"(engine|env|setup|bookkeeping)-bound: ", lines[0]), lines[:8]
+    assert lines.index("") <= 5
+    # what may run past 80 columns is a path or a command, left whole for copy and paste
+    wide = [ln for ln in lines if len(ln) > 80]
+    assert all(ln.startswith(("trace file: ", "  otel-rollout report ")) for ln in wide), wide
+    text = "\n".join(lines)
+    assert "export: no spans lost" in text and "-p 4317:4317 -p 4318:4318" in text
