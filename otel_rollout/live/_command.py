@@ -58,7 +58,7 @@ def run_top(args: argparse.Namespace, need: Any) -> int:
             import shutil
 
             cols, rows = shutil.get_terminal_size((80, 24))
-            print_once(feed, view, cols, rows, sys.stdout)
+            print_once(feed, view, cols, max(6, rows - 1), sys.stdout)  # the prompt
             return 0
         need("textual")
         from otel_rollout.live._app import TopApp

@@ -239,21 +239,21 @@ def processes(state: LiveState, width: int) -> list[Text]:
 
 def render(state: LiveState, view: View, width: int = 80, height: int = 24,
            extra_losses: dict[str, int] | None = None) -> Group:  # fmt: skip
-    """The whole screen (without the key line the app adds) for a terminal of this size."""
+    """The whole screen in ``height`` lines (the app's key line not counted)."""
     lines: list[Text] = header(state, view, width)
     if view.processes:
         lines += processes(state, width)
     else:
         lines += bands(state, view, width)
-    tail = verdicts(state, view, width, rows=4 if height >= 24 else 2)
+    tail = verdicts(state, view, width, rows=4 if height >= 22 else 2)
     bottom = [export_line(state, extra_losses or {})]
     wrapped = [w for n in view.notes for w in textwrap.wrap(n, width, subsequent_indent="  ")]
     bottom += [Text(w, style="yellow") for w in wrapped[:4]]
-    rows_left = height - 1 - len(lines) - len(tail) - len(bottom)
+    rows_left = height - len(lines) - len(tail) - len(bottom)
     lines += batch(state, view, width, rows_left)
     lines += tail + bottom
     for line in lines:
         line.no_wrap = True
         line.overflow = "ellipsis"
         line.truncate(width)
-    return Group(*lines[: max(1, height - 1)])
+    return Group(*lines[: max(1, height)])
