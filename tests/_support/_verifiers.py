@@ -24,11 +24,20 @@ _TURNS = re.compile(r"turns=(\d+)")
 
 class StandInServer:
     """``POST /v1/chat/completions``, streamed: after ``generate_s`` it answers with a
-    tool call until the conversation holds ``turns - 1`` tool results (``turns=N`` in
-    the first user message), then with text. Records each request's headers."""
+    call of ``tool`` (with ``arguments``) until the conversation holds ``turns - 1`` tool
+    results (``turns=N`` in the first user message), then with text. Records each
+    request's headers."""
 
-    def __init__(self, generate_s: float, prompt_tokens: int = 11, output_tokens: int = 3):
+    def __init__(
+        self,
+        generate_s: float,
+        prompt_tokens: int = 11,
+        output_tokens: int = 3,
+        tool: str = TOOL,
+        arguments: str = "{}",
+    ):
         self.generate_s = generate_s
+        self.tool, self.arguments = tool, arguments
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.headers: list[dict[str, str]] = []
@@ -62,7 +71,7 @@ class StandInServer:
                 "model": body["model"]}  # fmt: skip
         if tools_done + 1 < wanted:
             call = {"index": 0, "id": f"call{tools_done}", "type": "function",
-                    "function": {"name": TOOL, "arguments": "{}"}}  # fmt: skip
+                    "function": {"name": self.tool, "arguments": self.arguments}}  # fmt: skip
             delta: dict[str, Any] = {"role": "assistant", "tool_calls": [call]}
             finish = "tool_calls"
         else:

@@ -9,7 +9,9 @@ once. Per rollout, our breakdown must equal verifiers' own ``Trace.timing`` and
 its boot start to its last stage's end, env_setup is boot + setup, llm is agent.model,
 env is agent.harness, other is finalize + scoring. Both are measured in the same run; a
 run whose worst rollout misses by more (the process descheduled between verifiers' timer
-and ours on a loaded machine) is run again, at most three times.
+and ours on a loaded machine) is run again, at most three times. The shipped ``bash``
+harness is run too, by verifiers' subprocess runtime as a ``uv`` script, its tool calls
+running ``sleep`` in that subprocess.
 
 Runs in the venv ``.ci/steps/41-verifiers.sh`` builds; skipped where verifiers is absent.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from types import SimpleNamespace
 
 import pytest
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -38,8 +41,8 @@ KEY_ENV = "OTEL_ROLLOUT_VF_TEST_KEY"
 
 
 @pytest.fixture(scope="module")
-def vf():
-    """verifiers, a task of known latencies, and the stand-ins."""
+def kit():
+    """verifiers, a task of known latencies, and the stand-ins (server, harness)."""
     pytest.importorskip("verifiers.v1", reason=SKIP)
     import verifiers.v1 as vf
     from _verifiers import StandInServer, TimedHarnessConfig
@@ -56,17 +59,9 @@ def vf():
             await asyncio.sleep(SCORING_S)
             return float(trace.last_reply == "42")
 
-    class Kit:
-        pass
-
-    kit = Kit()
-    kit.vf, kit.Task, kit.Server, kit.HarnessConfig = (
-        vf,
-        TimedTask,
-        StandInServer,
-        TimedHarnessConfig,
+    return SimpleNamespace(
+        vf=vf, Task=TimedTask, Server=StandInServer, HarnessConfig=TimedHarnessConfig
     )
-    return kit
 
 
 @pytest.fixture
@@ -136,13 +131,13 @@ def deviations(trace, bd):
     }
 
 
-def test_each_rollout_equals_verifiers_own_timers(vf):
+def test_each_rollout_equals_verifiers_own_timers(kit):
     worst = None
     for _ in range(ATTEMPTS):
         env = make_test_env()
         inst = instrumented(env)
         try:
-            traces, _, _ = asyncio.run(run_rollouts(vf, env))
+            traces, _, _ = asyncio.run(run_rollouts(kit, env))
         finally:
             inst.uninstrument()
         by_id = {b.trajectory_id: b for b in env.breakdowns}
@@ -168,10 +163,10 @@ def test_each_rollout_equals_verifiers_own_timers(vf):
         assert bd.reward == 1.0
 
 
-def test_every_span_is_under_its_root_and_roots_link_to_the_batch(vf, env):
+def test_every_span_is_under_its_root_and_roots_link_to_the_batch(kit, env):
     inst = instrumented(env)
     try:
-        traces, _, batch = asyncio.run(run_rollouts(vf, env))
+        traces, _, batch = asyncio.run(run_rollouts(kit, env))
     finally:
         inst.uninstrument()
     roots = {r.attributes[A.TRAJECTORY_ID]: r for r in env.roots()}
@@ -194,10 +189,10 @@ def test_every_span_is_under_its_root_and_roots_link_to_the_batch(vf, env):
     assert batch.analysis is not None and batch.analysis.trajectories == len(TURNS)
 
 
-def test_spans_carry_tokens_finish_reasons_tools_and_rewards(vf, env):
+def test_spans_carry_tokens_finish_reasons_tools_and_rewards(kit, env):
     inst = instrumented(env)
     try:
-        traces, _, _ = asyncio.run(run_rollouts(vf, env, turns=(3,)))
+        traces, _, _ = asyncio.run(run_rollouts(kit, env, turns=(3,)))
     finally:
         inst.uninstrument()
     (trace,) = traces
@@ -229,10 +224,10 @@ def test_spans_carry_tokens_finish_reasons_tools_and_rewards(vf, env):
     assert phases.count(A.PHASE_ENV_TEARDOWN) == 1
 
 
-def test_histograms_and_summary_keys_sit_beside_verifiers_own(vf, env):
+def test_histograms_and_summary_keys_sit_beside_verifiers_own(kit, env):
     inst = instrumented(env)
     try:
-        traces, _, batch = asyncio.run(run_rollouts(vf, env))
+        traces, _, batch = asyncio.run(run_rollouts(kit, env))
     finally:
         inst.uninstrument()
     (point,) = env.histogram_points(A.METRIC_DURATION)
@@ -249,10 +244,10 @@ def test_histograms_and_summary_keys_sit_beside_verifiers_own(vf, env):
     assert abs(summary["generate/trajectory_time_llm_mean"] - mean_model) <= TOLERANCE_S
 
 
-def test_the_generate_spans_traceparent_reaches_the_server(vf, env):
+def test_the_generate_spans_traceparent_reaches_the_server(kit, env):
     inst = instrumented(env)
     try:
-        _, server, _ = asyncio.run(run_rollouts(vf, env, turns=(2, 3)))
+        _, server, _ = asyncio.run(run_rollouts(kit, env, turns=(2, 3)))
     finally:
         inst.uninstrument()
     sent = sorted(h["traceparent"] for h in server.headers)
@@ -264,15 +259,15 @@ def test_the_generate_spans_traceparent_reaches_the_server(vf, env):
     assert [s[:-2] for s in sent] == ours
 
 
-def test_vf_eval_fan_out_is_a_batch(vf, env):
+def test_vf_eval_fan_out_is_a_batch(kit, env):
     from verifiers.v1.cli.eval import runner
 
     inst = instrumented(env)
 
     async def main():
-        async with vf.Server(GENERATE_S) as server:
-            agent = agent_for(vf, server.url)
-            return await runner.gather_rollouts(agent.run(task(vf, n)) for n in (1, 2))
+        async with kit.Server(GENERATE_S) as server:
+            agent = agent_for(kit, server.url)
+            return await runner.gather_rollouts(agent.run(task(kit, n)) for n in (1, 2))
 
     try:
         traces = asyncio.run(main())
@@ -285,7 +280,7 @@ def test_vf_eval_fan_out_is_a_batch(vf, env):
     assert len(traces) == 2
 
 
-def test_uninstrument_restores_verifiers(vf, env):
+def test_uninstrument_restores_verifiers(kit, env):
     from verifiers.v1.cli.eval import runner
     from verifiers.v1.clients.eval import EvalClient
     from verifiers.v1.interception.server import InterceptionServer
@@ -304,26 +299,26 @@ def test_uninstrument_restores_verifiers(vf, env):
     inst.uninstrument()
     assert [cls.__dict__[name] for cls, name in targets] == before
     assert runner.gather_rollouts is gather
-    asyncio.run(run_rollouts(vf, env, turns=(1,), batch=False))
+    asyncio.run(run_rollouts(kit, env, turns=(1,), batch=False))
     assert env.roots() == []
 
 
-def test_instrumenting_twice_traces_each_rollout_once(vf, env):
+def test_instrumenting_twice_traces_each_rollout_once(kit, env):
     inst = instrumented(env)
     inst.instrument(tracer_provider=env.tracer_provider, processor=env.processor)
     try:
-        asyncio.run(run_rollouts(vf, env, turns=(2,), batch=False))
+        asyncio.run(run_rollouts(kit, env, turns=(2,), batch=False))
     finally:
         inst.uninstrument()
     assert len(env.roots()) == 1
     assert len(env.spans(A.SPAN_GENERATE)) == 2
 
 
-def test_suppressed_instrumentation_records_nothing(vf, env):
+def test_suppressed_instrumentation_records_nothing(kit, env):
     inst = instrumented(env)
     try:
         with suppress_instrumentation():
-            traces, server, _ = asyncio.run(run_rollouts(vf, env, turns=(2,), batch=False))
+            traces, server, _ = asyncio.run(run_rollouts(kit, env, turns=(2,), batch=False))
     finally:
         inst.uninstrument()
     assert traces[0].ok
@@ -339,3 +334,57 @@ def test_without_verifiers_the_error_names_the_install_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "verifiers.v1.rollout", None)
     with pytest.raises(ImportError, match=r"pip install 'otel-rollout\[verifiers\]'"):
         VerifiersInstrumentor().instrument()
+
+
+def test_the_shipped_bash_harness_in_a_subprocess_equals_verifiers_own_timers(kit, env):
+    """verifiers' own bash harness, run by its subprocess runtime as a ``uv`` script:
+    the model's tool calls run ``sleep`` in that subprocess."""
+    import shutil
+
+    from verifiers.v1.clients import EvalClientConfig
+    from verifiers.v1.configs.agent import AgentConfig
+    from verifiers.v1.runtimes.subprocess import SubprocessConfig
+    from verifiers.v1.utils.loaders import harness_config_type
+
+    if shutil.which("uv") is None:
+        pytest.skip("no `uv` on PATH: verifiers' subprocess runtime runs its harness with it")
+    sleep_s = 0.05
+
+    async def main():
+        arguments = f'{{"command": "sleep {sleep_s}"}}'
+        async with kit.Server(GENERATE_S, tool="bash", arguments=arguments) as server:
+            agent = kit.vf.Agent(
+                AgentConfig(
+                    model="stand-in",
+                    harness=harness_config_type("bash")(id="bash"),
+                    runtime=SubprocessConfig(),
+                    client=EvalClientConfig(base_url=server.url, api_key_var=KEY_ENV),
+                )
+            )
+            return await agent.run(task(kit, 3)), server
+
+    worst = None
+    for _ in range(ATTEMPTS):
+        env.collector.drain()
+        inst = instrumented(env)
+        try:
+            trace, server = asyncio.run(main())
+        finally:
+            inst.uninstrument()
+        assert trace.ok, trace.errors
+        (bd,) = [b for b in env.breakdowns if b.trajectory_id == trace.id]
+        devs = deviations(trace, bd)
+        worst = max(abs(v) for v in devs.values())
+        if worst <= TOLERANCE_S:
+            break
+    assert worst <= TOLERANCE_S, devs
+    assert bd.turns == 3
+    tool_steps = [
+        s for s in env.spans(A.SPAN_ENV_STEP)
+        if s.attributes[A.GEN_AI_TOOL_NAME] == "bash"
+        and s.context.trace_id == int(bd.trace_id, 16)
+    ]  # fmt: skip
+    assert len(tool_steps) >= 2  # the stretches after the two tool calls (and launch, exit)
+    gens = [g for g in env.spans(A.SPAN_GENERATE) if g.context.trace_id == int(bd.trace_id, 16)]
+    sent = sorted(h["traceparent"][:-3] for h in server.headers)
+    assert sent == sorted(f"00-{g.context.trace_id:032x}-{g.context.span_id:016x}" for g in gens)
