@@ -6,7 +6,8 @@ layer (in-memory providers, the injectable clock, at most a local receiver);
 ``system/`` holds what runs real systems or takes long (the Collector, Jaeger,
 Prometheus, Phoenix, Ray, trainers, vLLM, memory and burst checks), each marked
 ``system`` here, so ``pytest -m "not system"`` runs the fast part. Helpers shared by
-tests live in ``tests/_support/`` and import by bare name.
+tests live in ``tests/_support/`` and import by bare name; ``test_architecture.py`` holds
+the house's rules (imports only point down the layers, no circles, no module registries).
 
 Every test starts with no ``OTEL_*`` variable (``OTEL_ROLLOUT_*`` included) inherited
 from the machine running it; a test sets what it needs with ``monkeypatch``.
