@@ -1,4 +1,4 @@
-"""Regenerate the settings table of README.md and docs/configure.md from the settings table
+"""Regenerate the settings table of docs/configure.md from the settings table
 in ``otel_rollout/_settings/table.py`` (``--check``: exit 1 if a file is out of date)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT))
 
 from otel_rollout._settings.table import replace_table  # noqa: E402
 
-FILES = ("README.md", "docs/configure.md")
+FILES = ("docs/configure.md",)
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ What is fatal and what only warns:
   default is used: a typo in a job's environment never stops a training run.
 
 The same table drives ``configure()``, the variables ``integrations.ray.runtime_env()``
-forwards to workers, and the settings table in the README and docs/configure.md.
+forwards to workers, and the settings table of docs/configure.md.
 
 How to add a setting (say, the trace file's rotation size):
 
@@ -37,8 +37,8 @@ How to add a setting (say, the trace file's rotation size):
 3. For a ``configure()`` argument, add the keyword (default ``None``) to ``configure()``;
    it reaches :func:`resolve` by name. ``tests/setup/test_settings_table.py`` checks that
    the keywords are exactly the argument settings.
-4. Run ``python scripts/settings_table.py`` to regenerate the table in README.md and
-   docs/configure.md (a test compares them with this table).
+4. Run ``python scripts/settings_table.py`` to regenerate the table in
+   docs/configure.md (a test compares it with this table).
 
 Ray workers then inherit the driver's resolved value through the setting's first
 variable; nothing in ``integrations/ray`` changes.
@@ -474,7 +474,7 @@ TABLE_END = "<!-- end of settings table -->"
 
 
 def markdown_table() -> str:
-    """The settings table of the README and docs/configure.md."""
+    """The settings table of docs/configure.md."""
     rows = ["| name | variables | accepted | default | what |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         name = f"`{s.name}`" + ("" if s.argument else " (variable only)")
