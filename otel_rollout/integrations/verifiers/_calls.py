@@ -23,7 +23,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from otel_rollout import attributes as A
 from otel_rollout._api.tracer import Generation
 from otel_rollout._base.errors import internal_error
-from otel_rollout.integrations.verifiers._state import RolloutState, lookup, to_ns
+from otel_rollout.integrations.verifiers._state import Rollouts, RolloutState, to_ns
 
 _W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set
 #: The generate span the upstream call opened, for ``record_call`` in the same task.
@@ -59,7 +59,7 @@ def _with_traceparent(headers: Any) -> dict[str, str]:
     return out
 
 
-def client_wrapper(method: Any) -> Any:
+def client_wrapper(method: Any, rollouts: Rollouts) -> Any:
     """A wrapt wrapper for a client's ``relay``/``get_response(dialect, body, ...,
     session_id=, headers=)``: the call in a ``generate`` span."""
     try:
@@ -78,7 +78,7 @@ def client_wrapper(method: Any) -> Any:
             except TypeError:
                 bound = None
         given = bound.arguments if bound is not None else kwargs
-        state = lookup(given.get("session_id"))
+        state = rollouts.lookup(given.get("session_id"))
         if state is None or state.done:
             return await wrapped(*args, **kwargs)
         try:
@@ -128,9 +128,17 @@ def _forget(state: RolloutState, gen: Generation) -> None:
         state.inflight.remove(gen)
 
 
-def record_call_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """``InterceptionServer.record_call(session, ...)``: end the call's generate span
-    where verifiers' ``ModelCall.time`` ends (or make it from that span)."""
+def record_call_wrapper(rollouts: Rollouts) -> Any:
+    """A wrapt wrapper for ``InterceptionServer.record_call(session, ...)``: end the
+    call's generate span where verifiers' ``ModelCall.time`` ends (or make it from it)."""
+
+    def traced(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return _recorded(rollouts, wrapped, args, kwargs)
+
+    return traced
+
+
+def _recorded(rollouts: Rollouts, wrapped: Any, args: tuple, kwargs: dict) -> Any:
     session = args[0] if args else kwargs.get("session")
     trace_ = getattr(session, "trace", None)
     calls = getattr(trace_, "calls", None)
@@ -140,7 +148,7 @@ def record_call_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
         _OPEN.set(None)
     result = wrapped(*args, **kwargs)
     try:
-        state = lookup(getattr(trace_, "id", None))
+        state = rollouts.lookup(getattr(trace_, "id", None))
         gen = opened[1] if opened is not None and opened[0] is state else None
         call = calls[-1] if before is not None and len(calls) > before else None
         if state is None or call is None:  # not ours, or a straggler verifiers dropped

@@ -19,8 +19,8 @@ from otel_rollout._base.errors import internal_error
 from otel_rollout.integrations import require
 from otel_rollout.integrations.skyrl._patches import Patches
 from otel_rollout.integrations.verifiers._calls import client_wrapper, record_call_wrapper
-from otel_rollout.integrations.verifiers._rollout import Starting, current, finish, state_of
-from otel_rollout.integrations.verifiers._state import STARTING, clear, pinning, to_ns
+from otel_rollout.integrations.verifiers._rollout import Starting, current, finish
+from otel_rollout.integrations.verifiers._state import Rollouts, pinning, to_ns
 
 ROLLOUT_MODULE = "verifiers.v1.rollout"
 TRACE_MODULE = "verifiers.v1.trace"
@@ -47,22 +47,24 @@ class VerifiersInstrumentor(BaseInstrumentor):
         tracer = _tracer(kwargs)
         self._rollout_tracer = tracer
         patches = self._patches = Patches()
+        rollouts = self._rollouts = Rollouts()
+        state_of = rollouts.of
         cls = rollout_mod.Rollout
 
         trace_mod = require(TRACE_MODULE, "verifiers")
         # The root starts where verifiers' boot does: at the first notify with it set.
-        notified = patches.wrap(trace_mod.Trace, "notify", _traced_notify)
+        notified = patches.wrap(trace_mod.Trace, "notify", _notify_wrapper(rollouts))
 
         async def traced_open(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
             state = state_of(instance)
             if state is not None:  # opened again: verifiers returns at once
                 with current(state):
                     return await wrapped(*args, **kw)
-            starting = Starting(tracer, instance)
+            starting = Starting(tracer, rollouts, instance)
             trace_id = str(instance.trace.id)
             try:
                 if notified:
-                    STARTING[trace_id] = starting
+                    rollouts.starting[trace_id] = starting
                 else:  # no notify to start at: now
                     starting.start(None)
             except Exception as exc:
@@ -71,8 +73,8 @@ class VerifiersInstrumentor(BaseInstrumentor):
             try:
                 return await wrapped(*args, **kw)
             finally:
-                if STARTING.get(trace_id) is starting:
-                    del STARTING[trace_id]
+                if rollouts.starting.get(trace_id) is starting:
+                    del rollouts.starting[trace_id]
                 starting.release()
 
         async def traced_step(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
@@ -91,9 +93,9 @@ class VerifiersInstrumentor(BaseInstrumentor):
                     with current(state):
                         result = await wrapped(*args, **kw)
                 except BaseException as exc:
-                    finish(state, instance, exc, status)
+                    finish(rollouts, state, instance, exc, status)
                     raise
-                finish(state, instance, None, status)
+                finish(rollouts, state, instance, None, status)
                 return result
 
             return traced_end
@@ -103,7 +105,7 @@ class VerifiersInstrumentor(BaseInstrumentor):
         patches.wrap(cls, "close", ending(None))
         patches.wrap(cls, "abort", ending("aborted"))
         server = require(INTERCEPTION_MODULE, "verifiers")
-        patches.wrap(server.InterceptionServer, "record_call", record_call_wrapper)
+        patches.wrap(server.InterceptionServer, "record_call", record_call_wrapper(rollouts))
         for module, name, methods in CLIENTS:
             try:
                 client_cls = getattr(importlib.import_module(module), name)
@@ -112,7 +114,7 @@ class VerifiersInstrumentor(BaseInstrumentor):
             for method in methods:
                 original = getattr(client_cls, method, None)
                 if original is not None:
-                    patches.wrap(client_cls, method, client_wrapper(original))
+                    patches.wrap(client_cls, method, client_wrapper(original, rollouts))
         try:
             runner = importlib.import_module(EVAL_RUNNER_MODULE)
         except Exception:  # the CLI's dependencies missing: no eval batches
@@ -137,7 +139,7 @@ class VerifiersInstrumentor(BaseInstrumentor):
         if runner is not None:
             runner.gather_rollouts = self._real_gather
             self._runner = None
-        clear()
+        self._rollouts.clear()
 
 
 def _tracer(kwargs: dict[str, Any]) -> RolloutTracer:
@@ -160,18 +162,24 @@ def _tracer(kwargs: dict[str, Any]) -> RolloutTracer:
     )
 
 
-def _traced_notify(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def _notify_wrapper(rollouts: Rollouts) -> Any:
     """``Trace.notify``: start the root of an opening rollout at its boot start."""
-    if STARTING:
-        starting = STARTING.get(getattr(instance, "id", None))
-        boot = getattr(getattr(getattr(instance, "timing", None), "boot", None), "start", 0.0)
-        if starting is not None and boot:
-            del STARTING[instance.id]
-            try:
-                starting.start(to_ns(boot))
-            except Exception as exc:
-                internal_error("verifiers rollout start", exc)
-    return wrapped(*args, **kwargs)
+    starting_by_id = rollouts.starting
+
+    def traced_notify(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if starting_by_id:
+            starting = starting_by_id.get(getattr(instance, "id", None))
+            timing = getattr(instance, "timing", None)
+            boot = getattr(getattr(timing, "boot", None), "start", 0.0)
+            if starting is not None and boot:
+                del starting_by_id[instance.id]
+                try:
+                    starting.start(to_ns(boot))
+                except Exception as exc:
+                    internal_error("verifiers rollout start", exc)
+        return wrapped(*args, **kwargs)
+
+    return traced_notify
 
 
 def _guard(wrapper: Any) -> Any:

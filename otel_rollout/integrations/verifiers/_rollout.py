@@ -25,13 +25,7 @@ from otel_rollout.integrations.verifiers._phases import (
     STOP_CONDITION,
     record_phases,
 )
-from otel_rollout.integrations.verifiers._state import (
-    RolloutState,
-    lookup,
-    pin,
-    register,
-    unregister,
-)
+from otel_rollout.integrations.verifiers._state import Rollouts, RolloutState, pin
 
 _TRUNCATED = frozenset(("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens"))
 
@@ -63,7 +57,9 @@ def harness_id(rollout: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-def begin(tracer: RolloutTracer, rollout: Any, start_ns: int | None = None) -> RolloutState:
+def begin(
+    tracer: RolloutTracer, rollouts: Rollouts, rollout: Any, start_ns: int | None = None
+) -> RolloutState:
     """Start the rollout's trajectory, at ``start_ns`` when given (verifiers' boot start,
     with the instrumentor's clock): in a batch, linked to it; under a user's step span, a
     root linked to that span."""
@@ -86,7 +82,7 @@ def begin(tracer: RolloutTracer, rollout: Any, start_ns: int | None = None) -> R
 
     scope, traj = ctx.run(enter)
     state = RolloutState(traj=traj, scope=scope, context=ctx, harness=harness)
-    register(str(rollout.trace.id), state)
+    rollouts.register(str(rollout.trace.id), state)
     return state
 
 
@@ -116,17 +112,18 @@ class Starting:
     """A rollout whose ``open()`` runs and whose root starts at verifiers' boot start
     (the first ``Trace.notify`` with it set), current until ``open()`` returns."""
 
-    __slots__ = ("rollout", "state", "tokens", "tracer")
+    __slots__ = ("rollout", "rollouts", "state", "tokens", "tracer")
 
-    def __init__(self, tracer: RolloutTracer, rollout: Any) -> None:
+    def __init__(self, tracer: RolloutTracer, rollouts: Rollouts, rollout: Any) -> None:
         self.tracer = tracer
+        self.rollouts = rollouts
         self.rollout = rollout
         self.state: RolloutState | None = None
         self.tokens: tuple[Any, Any] | None = None
 
     def start(self, start_ns: int | None) -> None:
         if self.state is None:
-            self.state = begin(self.tracer, self.rollout, start_ns)
+            self.state = begin(self.tracer, self.rollouts, self.rollout, start_ns)
             self.tokens = make_current(self.state)
 
     def release(self) -> None:
@@ -159,7 +156,11 @@ def _rewards(traj: Any, trace: Any) -> None:
 
 
 def finish(
-    state: RolloutState, rollout: Any, exc: BaseException | None, status: str | None
+    rollouts: Rollouts,
+    state: RolloutState,
+    rollout: Any,
+    exc: BaseException | None,
+    status: str | None,
 ) -> None:
     """End the trajectory: phases from verifiers' timestamps, rewards, status, root."""
     if state.done:
@@ -180,7 +181,7 @@ def finish(
     except Exception as err:
         internal_error("verifiers rollout end", err)
     finally:
-        unregister(str(trace.id), state)
+        rollouts.unregister(str(trace.id), state)
         state.context.run(_exit, state.scope, exc, end_ns)
 
 
@@ -191,8 +192,3 @@ def _exit(scope: Any, exc: BaseException | None, end_ns: int) -> None:
         scope.__exit__(type(exc) if exc is not None else None, exc, tb)
     finally:
         pin(None)
-
-
-def state_of(rollout: Any) -> RolloutState | None:
-    trace = getattr(rollout, "trace", None)
-    return lookup(getattr(trace, "id", None))

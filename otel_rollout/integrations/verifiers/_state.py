@@ -1,6 +1,7 @@
-"""The rollouts in flight: one :class:`RolloutState` per verifiers ``Rollout``, found by
-its trace id from the interception server's handlers (which run in tasks of their own,
-outside the rollout's context)."""
+"""The rollouts in flight: one :class:`RolloutState` per verifiers ``Rollout``, kept by
+the instrumentor's :class:`Rollouts` and found by trace id from the interception
+server's handlers (which run in tasks of their own, outside the rollout's context);
+the clock that pins a root's start and end to verifiers' timestamps."""
 
 from __future__ import annotations
 
@@ -58,30 +59,35 @@ class RolloutState:
     done: bool = False
 
 
-_LOCK = threading.Lock()
-_BY_TRACE: dict[str, RolloutState] = {}
-#: Rollouts whose ``open()`` runs and whose root has not started yet, by trace id.
-STARTING: dict[str, Any] = {}
+class Rollouts:
+    """The rollouts in flight of one instrumentor, by trace id, and those whose
+    ``open()`` runs before their root starts."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_trace: dict[str, RolloutState] = {}
+        #: Opening rollouts whose root waits for verifiers' boot start, by trace id.
+        self.starting: dict[str, Any] = {}
 
-def register(trace_id: str, state: RolloutState) -> None:
-    with _LOCK:
-        _BY_TRACE[trace_id] = state
+    def register(self, trace_id: str, state: RolloutState) -> None:
+        with self._lock:
+            self._by_trace[trace_id] = state
 
+    def lookup(self, trace_id: Any) -> RolloutState | None:
+        if not isinstance(trace_id, str):
+            return None
+        return self._by_trace.get(trace_id)
 
-def lookup(trace_id: Any) -> RolloutState | None:
-    if not isinstance(trace_id, str):
-        return None
-    return _BY_TRACE.get(trace_id)
+    def of(self, rollout: Any) -> RolloutState | None:
+        """The state of a verifiers ``Rollout`` (by its trace's id)."""
+        return self.lookup(getattr(getattr(rollout, "trace", None), "id", None))
 
+    def unregister(self, trace_id: str, state: RolloutState) -> None:
+        with self._lock:
+            if self._by_trace.get(trace_id) is state:
+                del self._by_trace[trace_id]
 
-def unregister(trace_id: str, state: RolloutState) -> None:
-    with _LOCK:
-        if _BY_TRACE.get(trace_id) is state:
-            del _BY_TRACE[trace_id]
-
-
-def clear() -> None:
-    with _LOCK:
-        _BY_TRACE.clear()
-        STARTING.clear()
+    def clear(self) -> None:
+        with self._lock:
+            self._by_trace.clear()
+            self.starting.clear()
