@@ -10,14 +10,14 @@ hot path nothing but a short wait for the lock once per snapshot.
 from __future__ import annotations
 
 import heapq
-import time
 from typing import Any
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.in_flight import InFlight, OpenTrajectory
+from otel_rollout._base.clock import now_ns as clock_now_ns
 
 #: Trajectories listed by default (the oldest: the tail forming); all are counted.
-DEFAULT_MAX_LISTED = 50
+DEFAULT_MAX_LISTED = 20
 
 
 def in_flight(processor: Any, max_listed: int = DEFAULT_MAX_LISTED,
@@ -27,7 +27,7 @@ def in_flight(processor: Any, max_listed: int = DEFAULT_MAX_LISTED,
     with processor._lock:  # same package: the processor's own state, read, not changed
         trajs = list(processor._trajs.values())
         opened = list(processor._open.values())
-    now = time.time_ns() if now_ns is None else now_ns
+    now = clock_now_ns() if now_ns is None else now_ns
     # root span id -> (phase, its start) of the latest-started open outermost phase
     current: dict[int, tuple[str, int]] = {}
     in_llm: set[int] = set()

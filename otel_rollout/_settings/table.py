@@ -226,7 +226,7 @@ SETTINGS: tuple[Setting, ...] = (
             "their phase and start) this often, for `otel-rollout top` (docs/live.md); 0: off",
             default_doc="1 with the trace file, else 0 (off)", argument=False),
     Setting("in_flight_max_listed", ("OTEL_ROLLOUT_IN_FLIGHT_MAX_LISTED",),
-            Number(0, integer=True, unit="trajectories"), 50,
+            Number(0, integer=True, unit="trajectories"), 20,
             "running trajectories listed in an in-flight record (the oldest; all are counted)",
             argument=False),
     Setting("announce", ("OTEL_ROLLOUT_ANNOUNCE",), Bool(), True,

@@ -39,6 +39,7 @@ class TopApp(App):
     """``otel-rollout top``: poll, render, repeat; the keys change the :class:`View`."""
 
     TITLE = "otel-rollout top"
+    ENABLE_COMMAND_PALETTE = False
     CSS = "Screen { overflow: hidden; } #screen { width: 100%; height: 1fr; }"
     BINDINGS: ClassVar = [
         Binding("q", "quit", "quit"),
