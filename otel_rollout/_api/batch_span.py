@@ -13,7 +13,6 @@ import random
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
-from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -25,6 +24,7 @@ from otel_rollout._accounting.batch_accumulator import BatchAccumulator
 from otel_rollout._accounting.batch_figures import BatchAnalysis
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._api.recording import _record_exception
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing.batch_registry import BatchRegistry
 
@@ -216,7 +216,7 @@ class BatchScope:
         batch_id: str,
         attributes: Mapping[str, Any],
         nest: bool,
-        clock: Callable[[], int] = time_ns,
+        clock: Callable[[], int] = now_ns,
         registry: BatchRegistry | None = None,
     ) -> None:
         self._tracer = tracer

@@ -5,7 +5,6 @@ with capture opted in, content). They never raise into the loop."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from time import time_ns
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +19,7 @@ from otel_rollout._api.recording import (
     _record_exception,
 )
 from otel_rollout._base import coerce as C
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error, warn_once
 from otel_rollout._processing import loopstall as _loopstall
 
@@ -82,7 +82,7 @@ class Phase:
 
     __slots__ = ("_clock", "span")
 
-    def __init__(self, span: Span, clock: Callable[[], int] = time_ns) -> None:
+    def __init__(self, span: Span, clock: Callable[[], int] = now_ns) -> None:
         self.span = span
         self._clock = clock
 

@@ -6,7 +6,6 @@ import asyncio
 import random
 import warnings
 from collections.abc import Callable, Mapping
-from time import time_ns
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -23,6 +22,7 @@ from otel_rollout._api.recording import _capture_content, _record_exception
 from otel_rollout._api.trajectory import Trajectory, current_trajectory
 from otel_rollout._base import limits
 from otel_rollout._base import semconv as _semconv
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
 from otel_rollout._processing.breakdown_processor import SCOPE_NAME, BreakdownProcessor
@@ -209,7 +209,7 @@ class RolloutTracer:
         self._batch_instruments: BatchInstruments | None = None
         self._processor = processor
         self._found: tuple[Any, BreakdownProcessor | None] | None = None
-        self._clock: Clock = clock if clock is not None else time_ns
+        self._clock: Clock = clock if clock is not None else now_ns
         self._ids = id_generator
 
     @property

@@ -9,7 +9,6 @@ once per kind.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from time import time_ns
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +24,7 @@ from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _CURRENT, _P
 from otel_rollout._api.recording import _evaluation
 from otel_rollout._base import coerce as C
 from otel_rollout._base import semconv as _semconv
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
 
 _COUNTS = frozenset(
@@ -66,7 +66,7 @@ class Trajectory:
         model: Any,
         agent: Any = None,
         mode: _semconv.Mode | None = None,
-        clock: Callable[[], int] = time_ns,
+        clock: Callable[[], int] = now_ns,
     ) -> None:
         self._tracer = tracer
         self._clock = clock

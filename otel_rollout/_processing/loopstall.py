@@ -42,6 +42,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from otel_rollout import attributes as A
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error, warn_once
 from otel_rollout._version import __version__
 
@@ -300,7 +301,7 @@ def phase_ending(span: Any) -> None:
         if in_cb < _CFG.threshold_ns:
             return
         start = getattr(span, "start_time", None)
-        in_phase = min(in_cb, time.time_ns() - start) if isinstance(start, int) else in_cb
+        in_phase = min(in_cb, now_ns() - start) if isinstance(start, int) else in_cb
         if in_phase < _CFG.threshold_ns:
             return
         culprit = state.cb_culprit

@@ -26,6 +26,7 @@ from otel_rollout.report._model import (
     LOSS_EVICTED,
     LOSS_INCOMPLETE,
     LOSS_INVERTED,
+    LOSS_INVERTED_ROOT,
     LOSS_LATE,
     LOSS_MISSING_END,
     LOSS_MISSING_START,
@@ -44,7 +45,7 @@ REMEMBERED_TRACES = 200_000
 
 
 class _Trace:
-    __slots__ = ("engine", "has_phase", "ready_at", "records", "roots")
+    __slots__ = ("engine", "has_phase", "inverted_root", "ready_at", "records", "roots")
 
     def __init__(self) -> None:
         self.records: dict[int, SpanRecord] = {}
@@ -53,6 +54,7 @@ class _Trace:
         self.roots: list[RawSpan] = []
         self.ready_at = -1  # spans read when the last root arrived; -1: no root yet
         self.has_phase = False
+        self.inverted_root = False  # its root ended before it started: not "incomplete"
 
 
 class TraceAssembler:
@@ -97,10 +99,17 @@ class TraceAssembler:
         if span.end_ns is None or span.end_ns <= 0:
             result.lose(LOSS_MISSING_END)
             return
-        if span.end_ns < span.start_ns:
-            result.lose(LOSS_INVERTED)
-            return
         tid = span.trace_id
+        if span.end_ns < span.start_ns:
+            if A.TRAJECTORY_ID in span.attributes and tid not in self._done:
+                result.lose(LOSS_INVERTED_ROOT)
+                trace = self._open.get(tid)
+                if trace is None:
+                    trace = self._open[tid] = _Trace()
+                trace.inverted_root = True
+            else:
+                result.lose(LOSS_INVERTED)
+            return
         if tid in self._done:
             result.lose(LOSS_LATE)
             return
@@ -156,7 +165,7 @@ class TraceAssembler:
         if cut and (trace.roots or trace.has_phase):  # not another service's trace
             result.lose(LOSS_EVICTED)
         if not trace.roots:
-            if trace.has_phase:
+            if trace.has_phase and not trace.inverted_root:
                 result.lose(LOSS_INCOMPLETE)
                 if len(result.incomplete) < MAX_LISTED:
                     result.incomplete.append(tid)

@@ -57,6 +57,9 @@ LOSS_DUPLICATE = "duplicate spans ignored"
 LOSS_MISSING_START = "spans rejected: missing start time"
 LOSS_MISSING_END = "spans rejected: missing end time"
 LOSS_INVERTED = "spans rejected: end before start"
+#: A trajectory root ending before it starts (written by a process whose wall clock stepped
+#: back mid-trajectory): named for what it is, not "incomplete", and its phases with it.
+LOSS_INVERTED_ROOT = "trajectories rejected: root ends before it starts (a clock step?)"
 LOSS_LATE = "spans after their trajectory was reported"
 LOSS_INCOMPLETE = "incomplete trajectories (no root span)"
 LOSS_EVICTED = "traces cut short: read buffer full"
