@@ -190,9 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
             "PATH_OR_URL (one or more, read as one stream): OTLP JSON lines files, globs "
             "('traces-*.jsonl') or folders (their traces-*.jsonl files); a Jaeger base URL "
             "(http://host:16686, service from --service, else $OTEL_SERVICE_NAME, else "
-            "otel-rollout, configure()'s default) or query URL; or a Tempo search URL "
-            "(http://host:3200/api/search?tags=...). Exit codes: 0 report printed, 1 no "
-            "trajectories in the input, 2 bad arguments, 3 input cannot be read."
+            "otel-rollout, configure()'s default) or query URL; or a Tempo base URL (the same "
+            "service) or search URL (http://host:3200/api/search?tags=...). Exit codes: 0 "
+            "report printed, 1 no trajectories in the input, 2 bad arguments, 3 input cannot "
+            "be read."
         ),
     )
     rep.add_argument("source", metavar="PATH_OR_URL", nargs="+",

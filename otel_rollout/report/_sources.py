@@ -116,12 +116,37 @@ def _jaeger_url(base: str, service: str | None, since: int | None, until: int | 
     return base.rstrip("/") + "/api/v3/traces?" + urllib.parse.urlencode(query)
 
 
+def is_tempo(base: str, timeout: float = 5.0) -> bool:
+    """Whether a base URL is a Tempo: it answers ``/api/echo`` with ``echo``."""
+    try:
+        with urllib.request.urlopen(base.rstrip("/") + "/api/echo", timeout=timeout) as resp:
+            return resp.status == 200 and resp.read(64).strip() == b"echo"
+    except (OSError, ValueError):
+        return False
+
+
+def _tempo_search_url(base: str, service: str | None, since: int | None,
+                      until: int | None) -> str:  # fmt: skip
+    """Tempo's search for ``service``'s traces that started in [since, until] (seconds)."""
+    now = time.time_ns()
+    start = since if since is not None else now - JAEGER_LOOKBACK_NS
+    end = until if until is not None else now + 60 * 10**9
+    query = {
+        "tags": f"service.name={service or default_service()}",
+        "start": start // 10**9,
+        "end": -(-end // 10**9),
+    }
+    return base.rstrip("/") + "/api/search?" + urllib.parse.urlencode(query)
+
+
 def _url_spans(
     url: str, service: str | None, since: int | None = None, until: int | None = None
 ) -> list[RawSpan]:
     if "/api/search" in url:
         return _tempo(url)
-    if "/api/" not in url:  # a Jaeger base URL
+    if "/api/" not in url:  # a base URL: Tempo's, or else Jaeger's
+        if is_tempo(url):
+            return _tempo(_tempo_search_url(url, service, since, until))
         url = _jaeger_url(url, service, since, until)
     # Jaeger's /api/v3 answers 404 when no trace matches.
     doc = _get(url, missing={"result": {"resourceSpans": []}} if "/api/v3/" in url else ...)

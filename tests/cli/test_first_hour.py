@@ -249,3 +249,46 @@ def test_openai_usage_names_become_genai_usage(caplog):
         assert not {"prompt_tokens", "completion_tokens", "total_tokens"} & set(s.attributes)
     warned = [r for r in caplog.records if "total_tokens" in r.getMessage()]
     assert len(warned) == 1 and "99 is not input + output (3 + 4)" in warned[0].getMessage()
+
+
+def test_a_tempo_base_url_searches_configures_service_name(monkeypatch, capsys):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_ROLLOUT_SERVICE_NAME", raising=False)
+    asked = []
+
+    class Tempo(BaseHTTPRequestHandler):
+        def do_GET(self):
+            parts = urlsplit(self.path)
+            if parts.path == "/api/echo":
+                body = b"echo"
+            elif parts.path == "/api/search":
+                asked.append(parse_qs(parts.query))
+                body = b'{"traces": []}'
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Tempo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        assert main(["report", base, "--since", "1700000000", "--until", "1700000100"]) == 1
+        assert asked[-1]["tags"] == ["service.name=otel-rollout"]
+        assert (asked[-1]["start"], asked[-1]["end"]) == (["1700000000"], ["1700000100"])
+        assert main(["report", base, "--service", "trainer", "--format", "json"]) == 1
+        assert asked[-1]["tags"] == ["service.name=trainer"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "no trajectories in the input" in capsys.readouterr().out
