@@ -151,3 +151,15 @@ def test_code_and_tests_cite_the_design_page_the_repository_has():
         if re.search(r"(?<!docs/)\bDESIGN\.md\b", text) and path.name != "test_docs.py":
             stale.append(str(path.relative_to(ROOT)))
     assert not stale, f"cite docs/design.md, not DESIGN.md: {stale}"
+
+
+def test_the_site_home_page_is_the_readme():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from docs_index import index_page
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    assert home == index_page(README.read_text(encoding="utf-8")), (
+        "docs/index.md is out of date: run python scripts/docs_index.py"
+    )
