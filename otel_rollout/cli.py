@@ -46,7 +46,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """--help shows each option's default (those that have one worth showing)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False) or isinstance(action.default, list):
+        if action.default is None or action.default is False or isinstance(action.default, list):
             return action.help
         if isinstance(action.default, tuple):  # --envs
             return f"{action.help} (default: {','.join(action.default)})"

@@ -122,7 +122,8 @@ def test_help_shows_defaults_and_example_has_a_description(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     demo = _help("demo")
     for default in ("(default: 64)", "(default: 16)", "(default: otel-rollout-output)",
-                    f"(default: {','.join(DEMO_ENVS)})", "(default: sim)"):  # fmt: skip
+                    "(default: 0)", f"(default: {','.join(DEMO_ENVS)})",
+                    "(default: sim)"):  # fmt: skip
         assert default in demo, default
     report = _help("report")
     assert "(default: env)" in report and "(default: table)" in report
