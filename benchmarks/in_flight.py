@@ -38,7 +38,7 @@ from overhead import NullExporter, rollout_tree
 from otel_rollout import BreakdownProcessor, RolloutTracer
 from otel_rollout._export.in_flight import MAX_CPU_SHARE, InFlightExporter
 from otel_rollout._export.tracefile import RotatingTraceFile
-from otel_rollout._processing.in_flight import in_flight
+from otel_rollout._processing.in_flight import DEFAULT_MAX_LISTED, in_flight
 
 RUNNING = (100, 1000, 10000)
 RATES = (10, 100, 1000)
@@ -74,7 +74,7 @@ def record_cost(k: int, folder: Path) -> tuple[float, float]:
             t = stack.enter_context(tracer.trajectory(f"t{i}", env=f"env{i % 4}"))
             stack.enter_context(t.generate())
         exporter = InFlightExporter(RotatingTraceFile(folder / f"in-flight-{k}.jsonl"),
-                                    lambda: in_flight(processor, 50), Resource.create({}),
+                                    lambda: in_flight(processor, DEFAULT_MAX_LISTED), Resource.create({}),
                                     interval_s=3600)  # fmt: skip
         exporter.write_record()
         t0 = time.process_time()

@@ -116,8 +116,7 @@ class InFlightExporter(SpanExporter):
 
     ``snapshot()`` answers the running trajectories (:func:`otel_rollout._processing.
     in_flight.in_flight` on the pipeline's processor); ``resource`` is the spans'. The
-    thread starts at the first export or :meth:`start` and, in a forked child, again at
-    the child's first export.
+    thread starts at once and, in a forked child, at the child's first export.
     """
 
     def __init__(self, inner: SpanExporter, snapshot: Callable[[], InFlight], resource: Any,
@@ -131,6 +130,7 @@ class InFlightExporter(SpanExporter):
         self._lock = threading.Lock()  # one call into ``inner`` at a time
         self._reset()
         reset_in_child(self, InFlightExporter._reset)
+        self.start()
 
     def _reset(self) -> None:
         self._stop = threading.Event()
