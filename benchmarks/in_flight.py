@@ -73,9 +73,12 @@ def record_cost(k: int, folder: Path) -> tuple[float, float]:
         for i in range(k):
             t = stack.enter_context(tracer.trajectory(f"t{i}", env=f"env{i % 4}"))
             stack.enter_context(t.generate())
-        exporter = InFlightExporter(RotatingTraceFile(folder / f"in-flight-{k}.jsonl"),
-                                    lambda: in_flight(processor, DEFAULT_MAX_LISTED), Resource.create({}),
-                                    interval_s=3600)  # fmt: skip
+        exporter = InFlightExporter(
+            RotatingTraceFile(folder / f"in-flight-{k}.jsonl"),
+            lambda: in_flight(processor, DEFAULT_MAX_LISTED),
+            Resource.create({}),
+            interval_s=3600,
+        )
         exporter.write_record()
         t0 = time.process_time()
         for _ in range(RECORDS):

@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_report)
     from otel_rollout.live._args import add_parser as add_top
 
-    add_top(sub, _parse_band)
+    add_top(sub, _parse_band, _need)
     return parser
 
 

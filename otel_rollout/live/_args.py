@@ -8,8 +8,8 @@ from typing import Any
 from otel_rollout.live._listen import parse_listen
 
 
-def add_parser(sub: Any, parse_band: Any) -> None:
-    """The ``top`` subparser (cli.py calls this)."""
+def add_parser(sub: Any, parse_band: Any, need: Any) -> None:
+    """The ``top`` subparser (cli.py calls this); ``need(*modules)`` checks the extra."""
 
     def listen(value: str) -> tuple[str, int]:
         try:
@@ -72,11 +72,10 @@ def add_parser(sub: Any, parse_band: Any) -> None:
     )
     top.add_argument("--once", action="store_true",
                      help="print one screen of what is there now and exit")  # fmt: skip
-    top.set_defaults(func=_top)
 
+    def run(args: argparse.Namespace) -> int:
+        from otel_rollout.live._command import run_top
 
-def _top(args: argparse.Namespace) -> int:
-    from otel_rollout.cli import _need
-    from otel_rollout.live._command import run_top
+        return run_top(args, need)
 
-    return run_top(args, _need)
+    top.set_defaults(func=run)

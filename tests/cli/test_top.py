@@ -337,5 +337,5 @@ def test_top_parser_is_registered():
     import argparse
 
     sub = argparse.ArgumentParser().add_subparsers()
-    add_parser(sub, lambda s: s)
+    add_parser(sub, lambda s: s, lambda *m: None)
     assert "top" in sub.choices
