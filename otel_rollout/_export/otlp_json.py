@@ -37,6 +37,9 @@ _log = logging.getLogger("otel_rollout.export")
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x300
 _UNSET = object()
+#: Spans written to bytes together: few enough that their dicts die young (see
+#: :func:`encode_spans_line`), enough that each ``orjson.dumps`` call is worth it.
+_CHUNK = 32
 #: SpanContext is (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
 _TUPLE_CONTEXT = tuple(SpanContext(1, 2, True)) == (1, 2, True, 0, DEFAULT_TRACE_STATE, True)
 
@@ -237,8 +240,10 @@ _FIELDS = ("context", "parent", "name", "kind", "start_time", "end_time", "attri
 
 
 def _reads_fields(cls: type) -> bool:
-    return issubclass(cls, ReadableSpan) and _TUPLE_CONTEXT and all(
-        getattr(cls, f, None) is getattr(ReadableSpan, f) for f in _FIELDS
+    return (
+        issubclass(cls, ReadableSpan)
+        and _TUPLE_CONTEXT
+        and all(getattr(cls, f, None) is getattr(ReadableSpan, f) for f in _FIELDS)
     )
 
 
@@ -280,12 +285,17 @@ def _encode_public(span: ReadableSpan) -> dict[str, Any]:
     return out
 
 
-def encode_spans_document(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """The ``ExportTraceServiceRequest`` of ``spans`` as plain dicts and lists: spans
-    grouped by resource, then by instrumentation scope (equal ones merged, as the official
-    encoder's grouping by hash does), in the order they first appear."""
-    # resource -> scope -> spans; equal resources (scopes) share the first one's entry
-    groups: dict[int, tuple[Any, dict[int, tuple[Any, list[Any]]]]] = {}
+def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
+    """``spans`` as one ``ExportTraceServiceRequest`` JSON line (ending in a newline),
+    grouped by resource, then by instrumentation scope (equal ones together, as the
+    official encoder's grouping by hash does), in the order they first appear; None when
+    there are no spans.
+
+    Spans are written to bytes every ``_CHUNK`` spans, so the dicts they were built from
+    die young: a batch's worth of them alive at once would survive into the garbage
+    collector's older generations and make it walk every live object again and again."""
+    # resource -> scope -> encoded spans; equal resources (scopes) share the first's entry
+    groups: dict[int, tuple[Any, dict[int, tuple[Any, list[bytes]]]]] = {}
     res_seen: dict[int, int] = {}
     scope_seen: dict[int, int] = {}
     res_firsts: list[Any] = []
@@ -307,19 +317,36 @@ def encode_spans_document(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
             current = hit[1]
             last_res, last_scope = res, scope
         current.append(encode_span(span))
-    resource_spans = []
-    for res, scopes in groups.values():
-        scope_spans = []
-        for scope, encoded in scopes.values():
-            ss: dict[str, Any] = {"scope": _scope(scope), "spans": encoded}
-            if scope is not None and scope.schema_url:
-                ss["schemaUrl"] = scope.schema_url
-            scope_spans.append(ss)
-        rs: dict[str, Any] = {"resource": _resource(res), "scopeSpans": scope_spans}
+        if len(current) >= _CHUNK and type(current[-_CHUNK]) is dict:
+            chunk = current[-_CHUNK:]
+            del current[-_CHUNK:]
+            current.append(_dumps(chunk)[1:-1])
+    if not groups:
+        return None
+    out = [b'{"resourceSpans":[']
+    for i, (res, scopes) in enumerate(groups.values()):
+        out.append(b',{"resource":' if i else b'{"resource":')
+        out.append(_dumps(_resource(res)))
         if res.schema_url:
-            rs["schemaUrl"] = res.schema_url
-        resource_spans.append(rs)
-    return {"resourceSpans": resource_spans} if resource_spans else {}
+            out += (b',"schemaUrl":', _dumps(res.schema_url))
+        out.append(b',"scopeSpans":[')
+        for j, (scope, encoded) in enumerate(scopes.values()):
+            out.append(b',{"scope":' if j else b'{"scope":')
+            out.append(_dumps(_scope(scope)))
+            if scope is not None and scope.schema_url:
+                out += (b',"schemaUrl":', _dumps(scope.schema_url))
+            out += (b',"spans":[', b",".join(_as_bytes(encoded)), b"]}")
+        out.append(b"]}")
+    out.append(b"]}\n")
+    return b"".join(out)
+
+
+def _as_bytes(encoded: list[Any]) -> list[bytes]:
+    """Encoded spans: chunks already written, and the dicts of the last chunk."""
+    tail = [x for x in encoded if type(x) is dict]
+    if not tail:
+        return encoded
+    return [x for x in encoded if type(x) is bytes] + [_dumps(tail)[1:-1]]
 
 
 def _first_equal(obj: Any, seen: dict[int, int], firsts: list[Any]) -> int:
@@ -335,22 +362,19 @@ def _first_equal(obj: Any, seen: dict[int, int], firsts: list[Any]) -> int:
     return key
 
 
-def dumps_line(doc: Mapping[str, Any]) -> bytes:
-    """``doc`` as one compact JSON line ending in a newline."""
+def _dumps(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes."""
     if orjson is not None:
         try:
-            return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(obj)
         except TypeError:  # a lone surrogate: the standard library escapes it
             pass
-    return (json.dumps(doc, separators=(",", ":")) + "\n").encode("ascii")
+    return json.dumps(obj, separators=(",", ":")).encode("ascii")
 
 
-def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
-    """``spans`` as one OTLP JSON line (ends in a newline); None when there are none."""
-    doc = encode_spans_document(spans)
-    if not doc:
-        return None
-    return dumps_line(doc)
+def dumps_line(doc: Mapping[str, Any]) -> bytes:
+    """``doc`` as one compact JSON line ending in a newline."""
+    return _dumps(doc) + b"\n"
 
 
-__all__ = ["dumps_line", "encode_span", "encode_spans_document", "encode_spans_line"]
+__all__ = ["dumps_line", "encode_span", "encode_spans_line"]

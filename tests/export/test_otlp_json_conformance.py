@@ -32,20 +32,22 @@ from otel_rollout._export.otlp_json import encode_spans_line
 from otel_rollout._processing.tailkeep import _as_sampled
 
 _ODD = ["\ud800", "\udfff", "\udbff\udc00", "é", "日本", "\x00", '"', "\\", "\u2028", "😀"]
-texts = st.one_of(st.text(max_size=12),
-                  st.lists(st.sampled_from(_ODD), max_size=6).map("".join))
+texts = st.one_of(st.text(max_size=12), st.lists(st.sampled_from(_ODD), max_size=6).map("".join))
 keys = st.text(st.sampled_from([*"abc.é日", "\ud800"]), min_size=1, max_size=6)
 ints = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(10**30), 10**30))
 floats = st.floats(allow_nan=True, allow_infinity=True)
 scalars = st.one_of(texts, st.booleans(), ints, floats)
-sequences = st.one_of(*(st.lists(s, max_size=4).map(tuple) for s in (texts, st.booleans(),
-                                                                      ints, floats)))
+sequences = st.one_of(
+    *(st.lists(s, max_size=4).map(tuple) for s in (texts, st.booleans(), ints, floats))
+)
 attributes = st.dictionaries(keys, st.one_of(scalars, sequences), max_size=6)
 ids = st.integers(1, 2**64 - 1)
 trace_ids = st.integers(1, 2**128 - 1)
 times = st.integers(1, 2**63 - 1)
-states = st.lists(st.tuples(st.sampled_from(["a", "vendor", "k1"]),
-                            st.sampled_from(["1", "x-y", "z"])), max_size=3)
+states = st.lists(
+    st.tuples(st.sampled_from(["a", "vendor", "k1"]), st.sampled_from(["1", "x-y", "z"])),
+    max_size=3,
+)
 
 
 @st.composite
@@ -56,8 +58,7 @@ def span_specs(draw):
         "attributes": draw(attributes),
         "parent": draw(st.none() | st.tuples(trace_ids, ids, st.booleans(), states)),
         "events": draw(st.lists(st.tuples(texts, attributes, times), max_size=3)),
-        "links": draw(st.lists(st.tuples(trace_ids, ids, st.booleans(), attributes),
-                               max_size=3)),
+        "links": draw(st.lists(st.tuples(trace_ids, ids, st.booleans(), attributes), max_size=3)),
         "status": draw(st.sampled_from(list(StatusCode))),
         "description": draw(st.none() | texts),
         "start": draw(times),
@@ -68,10 +69,16 @@ def span_specs(draw):
 
 @st.composite
 def batches(draw):
-    resources = draw(st.lists(st.tuples(attributes, st.sampled_from(["", "https://s/1"])),
-                              min_size=1, max_size=2))
-    scopes = draw(st.lists(st.tuples(texts, st.none() | texts, st.none() | attributes),
-                           min_size=1, max_size=2))
+    resources = draw(
+        st.lists(
+            st.tuples(attributes, st.sampled_from(["", "https://s/1"])), min_size=1, max_size=2
+        )
+    )
+    scopes = draw(
+        st.lists(
+            st.tuples(texts, st.none() | texts, st.none() | attributes), min_size=1, max_size=2
+        )
+    )
     return resources, scopes, draw(st.lists(span_specs(), min_size=1, max_size=6))
 
 
@@ -80,11 +87,14 @@ def _make(resources, scopes, specs):
     tracers = []
     # an equal copy of the first resource: the official encoder merges equal resources
     for attrs, schema in [*resources, resources[0]]:
-        provider = TracerProvider(resource=Resource(attrs, schema_url=schema))
+        # not kept alive after the example (atexit would hold it): in a forked child the
+        # SDK's after-fork hook of every live provider runs, and it can hang there
+        provider = TracerProvider(
+            resource=Resource(attrs, schema_url=schema), shutdown_on_exit=False
+        )
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         for name, version, scope_attrs in scopes:
-            tracers.append(provider.get_tracer(name, version, "https://scope/1",
-                                               scope_attrs))
+            tracers.append(provider.get_tracer(name, version, "https://scope/1", scope_attrs))
     for spec in specs:
         ctx = None
         if spec["parent"] is not None:
@@ -93,9 +103,14 @@ def _make(resources, scopes, specs):
             ctx = set_span_in_context(NonRecordingSpan(parent))
         links = [Link(SpanContext(t, s, r, TraceFlags(1)), a) for t, s, r, a in spec["links"]]
         tracer = tracers[spec["tracer"] % len(tracers)]
-        span = tracer.start_span(spec["name"], context=ctx, kind=spec["kind"],
-                                 attributes=spec["attributes"], links=links,
-                                 start_time=spec["start"])
+        span = tracer.start_span(
+            spec["name"],
+            context=ctx,
+            kind=spec["kind"],
+            attributes=spec["attributes"],
+            links=links,
+            start_time=spec["start"],
+        )
         for name, attrs, ts in spec["events"]:
             span.add_event(name, attrs, timestamp=ts)
         span.set_status(Status(spec["status"], spec["description"]))
@@ -138,16 +153,47 @@ def test_an_empty_batch_is_no_line():
 
 
 def test_non_ascii_text_is_written_as_utf8_and_a_lone_surrogate_escaped():
-    spans = _make([({"k": "日本"}, "")], [("s", None, None)],
-                  [{"name": "é", "kind": SpanKind.INTERNAL, "attributes": {"x": "a\ud800"},
-                    "parent": None, "events": [], "links": [], "status": StatusCode.UNSET,
-                    "description": None, "start": 1, "length": 1, "tracer": 0}])
+    spans = _make(
+        [({"k": "日本"}, "")],
+        [("s", None, None)],
+        [
+            {
+                "name": "é",
+                "kind": SpanKind.INTERNAL,
+                "attributes": {"x": "a\ud800"},
+                "parent": None,
+                "events": [],
+                "links": [],
+                "status": StatusCode.UNSET,
+                "description": None,
+                "start": 1,
+                "length": 1,
+                "tracer": 0,
+            }
+        ],
+    )
     line = encode_spans_line(spans)
     assert b"\\ud800" in line  # the standard library's escape, as the official file has
     assert json.loads(line)["resourceSpans"][0]["resource"]["attributes"][0]["value"] == {
-        "stringValue": "日本"}
-    plain = _make([({"k": "日本"}, "")], [("s", None, None)],
-                  [{"name": "é", "kind": SpanKind.INTERNAL, "attributes": {}, "parent": None,
-                    "events": [], "links": [], "status": StatusCode.UNSET,
-                    "description": None, "start": 1, "length": 1, "tracer": 0}])
+        "stringValue": "日本"
+    }
+    plain = _make(
+        [({"k": "日本"}, "")],
+        [("s", None, None)],
+        [
+            {
+                "name": "é",
+                "kind": SpanKind.INTERNAL,
+                "attributes": {},
+                "parent": None,
+                "events": [],
+                "links": [],
+                "status": StatusCode.UNSET,
+                "description": None,
+                "start": 1,
+                "length": 1,
+                "tracer": 0,
+            }
+        ],
+    )
     assert "日本".encode() in encode_spans_line(plain)  # UTF-8, not escaped
