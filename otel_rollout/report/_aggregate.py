@@ -34,11 +34,11 @@ def _tally(counter: Counter, key: Any) -> None:
         counter[key] += 1
 
 
-def failure_reason(b: Breakdown) -> str | None:
+def failure_reason(b: Breakdown, error_type: str | None = None) -> str | None:
     """Why a trajectory did not end ``ok``: its status and, when recorded, error type."""
     if b.status == A.STATUS_OK:
         return None
-    detail = b.attributes.get("error.type") or b.attributes.get(A.STATUS_DETAIL)
+    detail = error_type or b.attributes.get("error.type") or b.attributes.get(A.STATUS_DETAIL)
     return f"{b.status}: {detail}" if detail else str(b.status)
 
 
@@ -92,7 +92,7 @@ class ReportData:
         self.count += 1
         _tally(self.runs, trajectory.run_id)
         _tally(self.env_classes, b.env_class)
-        reason = failure_reason(b)
+        reason = failure_reason(b, trajectory.error_type)
         if reason is not None:
             _tally(self.failures, reason)
         key = b.env_class if self.by == "env" else trajectory.run_id

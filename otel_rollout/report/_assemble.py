@@ -182,7 +182,9 @@ class TraceAssembler:
                 engine=engine_from_tree(root.span_id, records, trace.engine),
             )
             result.found += 1
-            self._emit(TrajectoryTrace(bd, phases, root.service, root.run_id))
+            err = root.attributes.get("error.type")
+            err = None if err is None else str(err)
+            self._emit(TrajectoryTrace(bd, phases, root.service, root.run_id, err))
 
 
 def breakdowns_from_spans(

@@ -39,6 +39,8 @@ class TrajectoryTrace:
     phases: list[PhaseInterval]
     service: str | None = None
     run_id: str | None = None
+    #: the root's ``error.type``, when it failed with one
+    error_type: str | None = None
 
 
 @dataclass

@@ -293,3 +293,20 @@ def test_a_tempo_base_url_searches_configures_service_name(monkeypatch, capsys):
         server.shutdown()
         server.server_close()
     assert "no trajectories in the input" in capsys.readouterr().out
+
+
+def test_report_summarises_failed_trajectories_by_reason(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    rollout = configure(local=True, traces_exporter="file", metrics_exporter="none",
+                        output_dir=tmp_path, summary_stream=io.StringIO())  # fmt: skip
+    for i, exc in enumerate((KeyError("gsm8k"), KeyError("x"), TimeoutError(), None)):
+        try:
+            with rollout.tracer.trajectory(f"t{i}", env="e") as traj, traj.generate():
+                if exc is not None:
+                    raise exc
+        except (KeyError, TimeoutError):
+            pass
+    assert rollout.shutdown(timeout_s=10)
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "failed: 3 trajectories: error: KeyError (2); error: TimeoutError (1)" in out
