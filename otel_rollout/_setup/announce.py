@@ -1,7 +1,8 @@
 """The one line ``configure()`` says on stderr: where traces and metrics go, how to watch.
 
 Said once per process, by the global ``configure()`` only (a ``local=True`` setup is an
-embedding or a test), and never when ``OTEL_ROLLOUT_ANNOUNCE=false``. A run without it
+embedding or a test), not in Ray workers (the driver says it, not each of its workers),
+and never when ``OTEL_ROLLOUT_ANNOUNCE=false``. A run without it
 leaves users guessing where the trace file went and that ``otel-rollout top`` exists.
 """
 
@@ -46,6 +47,8 @@ def announce(settings: Any, trace_file: Path | None, stream: TextIO | None = Non
     global _said
     if not settings.announce or settings.disabled:
         return False
+    if "ray.worker.id" in (settings.resource_attributes or {}):
+        return False  # a Ray worker (the setup hook's configure()): the driver said it
     with _lock:
         if _said:
             return False

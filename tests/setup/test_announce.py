@@ -48,6 +48,12 @@ def test_said_once_per_process():
     assert out.getvalue().count("otel-rollout: run ") == 1
 
 
+def test_a_ray_worker_leaves_it_to_the_driver():
+    out = io.StringIO()
+    assert announce(resolve(resource_attributes={"ray.worker.id": "w1"}), None, out) is False
+    assert out.getvalue() == ""
+
+
 def test_silenced_by_the_setting(monkeypatch):
     monkeypatch.setenv("OTEL_ROLLOUT_ANNOUNCE", "false")
     out = io.StringIO()
