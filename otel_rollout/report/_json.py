@@ -13,13 +13,17 @@ from otel_rollout.report._model import LOSS_INCOMPLETE, ReadResult
 
 def report_dict(data: ReportData, result: ReadResult) -> dict[str, Any]:
     """SkyRL's keys over the trajectories in ``data`` (those the filters kept), plus
-    ``trajectories``, ``found`` (before filters), ``incomplete`` (and the first 1,000 of
+    ``trajectories``, ``runs`` (trajectories per ``rollout.run.id``), ``found`` (before
+    filters), ``incomplete`` (and the first 1,000 of
     their ids, ``incomplete_trace_ids``), ``losses`` per reason and
     ``export_losses``: spans the writers counted lost before the file, per reason;
     with rewards, ``reward_vs_latency``: mean reward by e2e decile and by turn count per
     env class; with batch ids, ``batches``: each batch's figures (:func:`batch_dict`)."""
     out: dict[str, Any] = data.summary()
     out["trajectories"] = data.count
+    # trajectories per writer run (rollout.run.id), when the writers named their run
+    out["runs"] = {str(k): n for k, n in sorted(data.runs.items(), key=lambda kv: str(kv[0]))
+                   if k is not None}  # fmt: skip
     out["found"] = result.found
     out["incomplete"] = result.losses.get(LOSS_INCOMPLETE, 0)
     #: the first MAX_LISTED of them (the terminal shows ten, with --verbose)

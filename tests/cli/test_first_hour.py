@@ -186,7 +186,7 @@ def test_several_runs_are_said_and_grouped_by_run_on_request(tmp_path, capsys, m
     assert rows == {"first": "2", "second": "3"}
     assert " run " in next(ln for ln in out.splitlines() if "mean" in ln and "p90" in ln) + " "
     assert main(["report", str(tmp_path), "--by", "run", "--format", "json"]) == 0
-    capsys.readouterr()
+    assert json.loads(capsys.readouterr().out)["runs"] == {"first": 2, "second": 3}
 
 
 def test_a_filter_matching_nothing_lists_what_is_there(tmp_path, capsys):
