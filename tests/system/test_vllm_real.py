@@ -197,7 +197,7 @@ def test_early_close_and_abort(run):
     (aborted,) = by_traj(run)["abort"]
     assert run["seen"]["abort_outcome"] == "ended"
     assert run["seen"]["finish"]["abort"]["0"] == "abort"
-    assert aborted["attributes"][A.GEN_AI_RESPONSE_FINISH_REASONS] == ("abort",)
+    assert list(aborted["attributes"][A.GEN_AI_RESPONSE_FINISH_REASONS]) == ["abort"]
 
 
 def test_startup_spans_stay_out_of_trajectory_traces(run):
