@@ -103,6 +103,21 @@ def test_the_instrumentor_found_the_cpu_build(run):
     assert VLLMInstrumentor()._check_dependency_conflicts() is None
 
 
+def test_opentelemetry_instrument_instruments_the_cpu_build():
+    """Auto-instrumentation (``opentelemetry-instrument``) patches vLLM's engine class."""
+    script = (
+        "from vllm.v1.engine.async_llm import AsyncLLM\n"
+        "print(type(AsyncLLM.__dict__['generate']).__name__)\n"
+    )
+    tool = Path(sys.executable).with_name("opentelemetry-instrument")
+    env = {**_env(), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none",
+           "OTEL_LOGS_EXPORTER": "none"}  # fmt: skip
+    proc = subprocess.run([str(tool), sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=600, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "FunctionWrapper"  # wrapt's, i.e. ours
+
+
 def test_every_llm_request_is_a_generate_spans_child(run):
     gens = {s["span_id"]: s for g in by_traj(run).values() for s in g}
     reqs = [s for s in run["spans"] if s["name"] == A.VLLM_SPAN_LLM_REQUEST]
