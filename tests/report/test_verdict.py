@@ -241,3 +241,7 @@ def test_the_demo_on_an_80_column_terminal_leads_with_the_verdict(tmp_path):
     assert all(ln.startswith(("trace file: ", "  otel-rollout report ")) for ln in wide), wide
     text = "\n".join(lines)
     assert "export: no spans lost" in text and "-p 4317:4317 -p 4318:4318" in text
+    # report on the demo's trace file reaches the same verdict
+    (trace_file,) = (tmp_path / "out").glob("traces-*.jsonl")
+    again = _on_a_terminal(80, "report", str(trace_file))
+    assert again[:3] == lines[:3]
