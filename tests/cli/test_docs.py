@@ -83,16 +83,20 @@ RUNNABLE = [p for p in BLOCKS if p.values[2]]
 
 @pytest.mark.parametrize(("page", "line", "run", "src"), RUNNABLE)
 def test_blocks_marked_run_run(page, line, run, src, tmp_path):
-    """In a fresh interpreter, in an empty folder, with no OTEL_* variable set."""
+    """In a fresh interpreter, in an empty folder, with no OTEL_* variable set, and without
+    a deprecation warning for what the block itself calls."""
     if "import wandb" in src:
         pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "WANDB_"))}
     env.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=str(tmp_path))
     script = tmp_path / "block.py"
     script.write_text(src, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-W", "default::DeprecationWarning", str(script)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)  # fmt: skip
     assert proc.returncode == 0, f"{page.name}:{line}\n{proc.stdout}\n{proc.stderr}"
+    # what the page shows is the API as it stands, not a deprecated name
+    assert not re.search(r"block\.py:\d+: DeprecationWarning", proc.stderr), proc.stderr
 
 
 def test_the_readme_has_runnable_examples():
