@@ -6,6 +6,11 @@ neither flush within a bound nor flush at all if it needs a thread. On those ver
 *standby* thread is started while threads still can be (at ``configure()``); it sleeps on
 a queue and runs what :func:`start` hands it. Elsewhere :func:`start` starts a thread as
 usual; where neither works it runs the work in the caller's thread, so it still happens.
+
+A signal handler must not start a thread either: it may have interrupted the main thread
+inside ``Thread.start()``, holding the lock a new thread needs. :func:`submit` hands work
+to the standby thread (prepared beforehand with ``prepare(force=True)``) through a
+``queue.SimpleQueue``, whose ``put`` is safe there.
 """
 
 from __future__ import annotations
@@ -65,13 +70,38 @@ _lock = threading.Lock()
 
 
 def prepare(force: bool = False) -> None:
-    """Start the standby thread now, where exit hooks will need it (or with ``force``)."""
+    """Start the standby thread now, where exit hooks will need it (or with ``force``:
+    a signal handler will); a forked child starts its own."""
     global _standby
     if not (REFUSES_THREADS_AT_EXIT or force):
         return
     with _lock:
         if _standby is None or not _standby.usable:
+            first = _standby is None
             _standby = _Standby()
+            if first and hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def _restart_in_child() -> None:
+    global _lock, _standby
+    _lock = threading.Lock()  # a parent's thread may have held it at the fork
+    if _standby is not None:
+        try:
+            _standby = _Standby()
+        except RuntimeError:  # pragma: no cover - no threads here: start() falls back
+            _standby = None
+
+
+def submit(fn: Callable[[], Any], name: str) -> threading.Thread | Job:
+    """Run ``fn()`` on the standby thread when there is one (never starting a thread:
+    safe in a signal handler), else as :func:`start` does."""
+    standby = _standby
+    if standby is not None and standby.usable:
+        job = Job(fn)
+        standby.jobs.put(job)
+        return job
+    return start(fn, name)
 
 
 def start(fn: Callable[[], Any], name: str) -> threading.Thread | Job:

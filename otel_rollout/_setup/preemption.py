@@ -65,6 +65,7 @@ def install(
     global _timeout_s
     if threading.current_thread() is not threading.main_thread():
         return []
+    standby.prepare(force=True)  # the handler hands its flush to this thread
     done = []
     with _lock:
         _actions["shutdown"], _actions["flush"] = shutdown_all, flush_all
@@ -110,7 +111,8 @@ def _bounded(action: str) -> None:
     if fn is None:
         return
     timeout = _timeout_s
-    worker = standby.start(lambda: fn(timeout), f"otel-rollout-{action}-on-signal")
+    # never a new thread here: the interrupted main thread may hold the lock it needs
+    worker = standby.submit(lambda: fn(timeout), f"otel-rollout-{action}-on-signal")
     worker.join(timeout + 1.0)
 
 
