@@ -64,6 +64,13 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
             need("matplotlib")
     bands = dict(args.band) if args.band else None
     by = getattr(args, "by", "env")
+    if by == "run" and getattr(args, "baseline", None):
+        print(
+            "otel-rollout report: --baseline compares env classes; it does not go with "
+            "--by run (report each run against the baseline instead)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     data = ReportData(by=by)
     # Every trajectory read, filters or not: what there is when a filter matches nothing.
     present: dict[str, Counter] = {"env class": Counter(), "model": Counter(),

@@ -310,3 +310,10 @@ def test_report_summarises_failed_trajectories_by_reason(tmp_path, capsys, monke
     assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "failed: 3 trajectories: error: KeyError (2); error: TimeoutError (1)" in out
+
+
+def test_by_run_and_baseline_together_are_refused_in_one_line(tmp_path, capsys):
+    trace_file = _run(tmp_path, "one", 1)
+    assert main(["report", str(trace_file), "--by", "run", "--baseline", str(trace_file)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "does not go with --by run" in err
