@@ -127,12 +127,13 @@ class InFlightExporter(SpanExporter):
         self._snapshot = snapshot
         self._resource = resource
         self._interval = float(interval_s)
-        self._lock = threading.Lock()  # one call into ``inner`` at a time
         self._reset()
         reset_in_child(self, InFlightExporter._reset)
         self.start()
 
     def _reset(self) -> None:
+        # new in a forked child too: the parent's thread may have held it at the fork
+        self._lock = threading.Lock()  # one call into ``inner`` at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._shut = False

@@ -129,3 +129,28 @@ def test_otlp_default_is_off(monkeypatch):
         assert rollout.settings.in_flight_interval_s == 0
     finally:
         rollout.shutdown(timeout_s=1)
+
+
+def test_a_forked_child_exports_even_if_the_parent_was_writing_a_record_at_the_fork():
+    import os
+
+    inner = Keep()
+    exporter = InFlightExporter(inner, lambda: in_flight(make_test_env().processor),
+                                Resource.create({}), interval_s=3600)  # fmt: skip
+    with exporter._lock:  # the parent's record thread mid-write
+        pid = os.fork()
+        if pid == 0:  # the child: its export must not wait for the parent's lock
+            code = 0 if exporter.export([]) is SpanExportResult.SUCCESS else 1
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the child's export waited for the parent's lock")
+    assert os.waitstatus_to_exitcode(status) == 0
+    exporter.shutdown()
