@@ -4,9 +4,11 @@ Runs the published verifiers' ``Agent.run`` (its ``Rollout``, interception serve
 eval client) on ``--rollouts`` rollouts of ``--turns`` turns each, one after another,
 against the stand-in streaming server of the tests (answering at once unless
 ``--generate-ms``) with the in-process harness of the tests (tool ``--tool-ms``).
-Alternates uninstrumented and instrumented (in-memory export, breakdown processor,
-histograms) for ``--rounds`` rounds, in this process, and prints the mean wall time per
-rollout of each, the difference per rollout and per model call, and their ratio.
+Alternates uninstrumented, instrumented (in-memory export, breakdown processor,
+histograms, loop-stall attribution on: the default) and instrumented with loop-stall
+attribution off, for ``--rounds`` rounds, in this process, and prints the wall and
+process CPU time per rollout of each (medians of rounds), the overheads and ratios.
+Wall time on a loaded machine is noisy; process CPU time less so.
 
     PATH=$VENV/bin:$PATH $VENV/bin/python benchmarks/verifiers_overhead.py
 
@@ -37,8 +39,9 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-async def rollouts(args: argparse.Namespace) -> float:
-    """Mean wall seconds per rollout, rollouts run one after another."""
+async def rollouts(args: argparse.Namespace) -> tuple[float, float]:
+    """Mean wall and process CPU seconds per rollout, rollouts run one after another
+    through one entered agent (one interception server for them all)."""
     import verifiers.v1 as vf
     from _verifiers import StandInServer, TimedHarnessConfig
     from verifiers.v1.clients import EvalClientConfig
@@ -55,12 +58,15 @@ async def rollouts(args: argparse.Namespace) -> float:
                 client=EvalClientConfig(base_url=server.url, api_key_var=KEY_ENV),
             )
         )
-        start = time.perf_counter()
-        for i in range(args.rollouts):
-            trace = await agent.run(vf.Task(TaskData(prompt=f"turns={args.turns}", id=str(i))))
-            if not trace.ok:
-                raise SystemExit(f"rollout failed: {trace.errors}")
-        return (time.perf_counter() - start) / args.rollouts
+        async with agent:
+            start, cpu = time.perf_counter(), time.process_time()
+            for i in range(args.rollouts):
+                task = vf.Task(TaskData(prompt=f"turns={args.turns}", id=str(i)))
+                trace = await agent.run(task)
+                if not trace.ok:
+                    raise SystemExit(f"rollout failed: {trace.errors}")
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return wall / args.rollouts, cpu / args.rollouts
 
 
 def main() -> None:
@@ -73,29 +79,41 @@ def main() -> None:
     from otel_rollout.testing import make_test_env
 
     asyncio.run(rollouts(args))  # warm-up: imports, first connections
-    plain: list[float] = []
-    traced: list[float] = []
+    from otel_rollout import configure_loop_stalls
+
+    plain: list[tuple[float, float]] = []
+    traced: list[tuple[float, float]] = []
+    no_stalls: list[tuple[float, float]] = []
     for _ in range(args.rounds):
         plain.append(asyncio.run(rollouts(args)))
-        env = make_test_env()
-        inst = VerifiersInstrumentor()
-        inst.instrument(
-            tracer_provider=env.tracer_provider,
-            meter_provider=env.meter_provider,
-            processor=env.processor,
-        )
-        try:
-            traced.append(asyncio.run(rollouts(args)))
-        finally:
-            inst.uninstrument()
-            env.shutdown()
-    p, t = statistics.median(plain), statistics.median(traced)
+        for stalls, runs in ((True, traced), (False, no_stalls)):
+            configure_loop_stalls(stalls)
+            env = make_test_env()
+            inst = VerifiersInstrumentor()
+            inst.instrument(
+                tracer_provider=env.tracer_provider,
+                meter_provider=env.meter_provider,
+                processor=env.processor,
+            )
+            try:
+                runs.append(asyncio.run(rollouts(args)))
+            finally:
+                inst.uninstrument()
+                env.shutdown()
+    configure_loop_stalls(True)
     print(f"verifiers rollouts: {args.rollouts} x {args.rounds} rounds, {args.turns} turns each")
-    print(f"  uninstrumented  {p * 1e3:8.2f} ms per rollout (median of rounds)")
-    print(f"  instrumented    {t * 1e3:8.2f} ms per rollout")
-    print(f"  overhead        {(t - p) * 1e3:8.2f} ms per rollout, "
-          f"{(t - p) * 1e6 / args.turns:7.0f} us per model call")  # fmt: skip
-    print(f"  ratio           {t / p:8.3f}")
+    print("                   wall ms/rollout   CPU ms/rollout   (medians of rounds)")
+    medians = []
+    cases = (("uninstrumented", plain), ("instrumented", traced), ("  no loop stalls", no_stalls))
+    for label, runs in cases:
+        wall = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        medians.append((wall, cpu))
+        print(f"  {label:15s} {wall * 1e3:12.2f} {cpu * 1e3:16.2f}")
+    (pw, pc), *rest = medians
+    for label, (tw, tc) in zip(("instrumented", "  no loop stalls"), rest, strict=True):
+        print(f"  overhead, {label.strip():16s} {(tw - pw) * 1e3:8.2f} ms wall "
+              f"({tw / pw:.3f}x), {(tc - pc) * 1e3:6.2f} ms CPU ({tc / pc:.3f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":
