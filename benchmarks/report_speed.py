@@ -1,0 +1,134 @@
+"""``otel-rollout report``'s CPU against the standard library's ``json.loads`` of its input.
+
+Writes a trace file through the default pipeline (``configure(local=True)``: the
+breakdown on each root, the trace file rotated at ``--max-mb``) with ``--trajectories``
+10-turn trajectories, or takes ``--files`` already written. Then, on the same files:
+
+- the CPU of ``json.loads`` of every line, in this process (the baseline: a report cannot
+  do its work without at least reading its input);
+- ``otel-rollout report FILES --format json --jobs J`` in a child process, for each
+  ``--jobs`` value: its CPU (the child and its worker processes, user + system), wall
+  time and peak RSS (the largest of those processes).
+
+Prints each report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
+than parsing its input with the standard library) and checks every run answers the
+same figures.
+
+    python benchmarks/report_speed.py [--trajectories 30000] [--jobs 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_CHILD = (
+    "import resource, sys, time\n"
+    "from otel_rollout.cli import main\n"
+    "t = time.perf_counter()\n"
+    "rc = main(['report', *sys.argv[2:], '--format', 'json', '--jobs', sys.argv[1]])\n"
+    "wall = time.perf_counter() - t\n"
+    "s, c = resource.getrusage(resource.RUSAGE_SELF), "
+    "resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime\n"
+    "print(cpu, wall, max(s.ru_maxrss, c.ru_maxrss), file=sys.stderr)\n"
+    "sys.exit(rc)\n"
+)
+
+
+def write_trace_file(folder: Path, n: int, max_mb: float) -> list[str]:
+    """``n`` 10-turn trajectories through the default pipeline; the files written."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from overhead import rollout_tree
+
+    import otel_rollout
+
+    rollout = otel_rollout.configure(local=True, output_dir=folder, metrics_exporter="none",
+                                     trace_file_max_mb=max_mb, service_name="bench")  # fmt: skip
+    for i in range(n):
+        rollout_tree(rollout.tracer)
+        if i % 2000 == 1999:
+            rollout.force_flush(30)
+    rollout.shutdown(60)
+    return sorted(glob.glob(str(folder / "**" / "*.jsonl"), recursive=True))
+
+
+def json_loads_cpu(files: list[str]) -> tuple[float, int]:
+    """CPU seconds of ``json.loads`` of every line of ``files``, and the bytes read."""
+    cpu = 0.0
+    size = 0
+    for path in files:
+        with open(path, "rb") as f:
+            for line in f:
+                size += len(line)
+                t = time.process_time()
+                json.loads(line)
+                cpu += time.process_time() - t
+    return cpu, size
+
+
+def run_report(files: list[str], jobs: int) -> tuple[float, float, float, dict]:
+    """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(jobs), *files],
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    cpu, wall, rss = proc.stderr.strip().splitlines()[-1].split()
+    return float(cpu), float(wall), int(rss) / 1024, json.loads(proc.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--trajectories",
+        type=int,
+        default=30000,
+        help="trajectories to write (default 30000, about 390 MB)",
+    )
+    parser.add_argument(
+        "--max-mb",
+        type=float,
+        default=128.0,
+        help="rotate the trace file at this size (default 128)",
+    )
+    parser.add_argument("--files", nargs="+", help="read these trace files instead")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        nargs="+",
+        default=[1, os.cpu_count() or 1],
+        help="--jobs values of the report runs (default: 1 and the cores)",
+    )
+    parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
+    args = parser.parse_args()  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        files = args.files
+        if not files:
+            t = time.perf_counter()
+            files = write_trace_file(Path(tmp), args.trajectories, args.max_mb)
+            print(f"wrote {args.trajectories} trajectories in {time.perf_counter() - t:.0f} s")
+        base, size = json_loads_cpu(files)
+        print(f"{len(files)} files, {size / 1e6:.0f} MB; json.loads of every line: "
+              f"{base:.2f} s CPU ({size / 1e6 / base:.0f} MB/s)")  # fmt: skip
+        answers = []
+        for jobs in args.jobs:
+            cpu, wall, rss, out = run_report(files, jobs)
+            answers.append(out)
+            print(f"report --jobs {jobs}: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, "
+                  f"wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
+                  f"{out['trajectories']} trajectories")  # fmt: skip
+        if any(a != answers[0] for a in answers):
+            print("the runs answer different figures", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
