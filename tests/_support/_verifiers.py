@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 from verifiers.v1.configs.harness import HarnessConfig
+from verifiers.v1.dialects.chat import message_to_wire
 from verifiers.v1.harness import Harness
 from verifiers.v1.runtimes import ProgramResult
 
@@ -99,14 +100,19 @@ class TimedHarnessConfig(HarnessConfig):
 class TimedHarness(Harness[TimedHarnessConfig]):
     """A chat loop run in-process (verifiers allows it: every model call goes through
     the interception endpoint): stream a completion, run each tool call (sleeping
-    ``tool_s``), repeat until the model answers without one."""
+    ``tool_s``), repeat until the model answers without one. A later segment of an
+    exchange (``Agent.interaction``) relaunches it on the conversation so far."""
 
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
     APPENDS_SYSTEM_PROMPT = True
+    SUPPORTS_RESUME = True  # a later segment relaunches on the conversation so far
 
     async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, **kw):
-        messages: list[dict[str, Any]] = [{"role": "user", "content": data.prompt}]
+        if isinstance(data.prompt, str):
+            messages: list[dict[str, Any]] = [{"role": "user", "content": data.prompt}]
+        else:
+            messages = [message_to_wire(m) for m in data.prompt]
         tools = [{"type": "function", "function": {"name": TOOL, "parameters": {
             "type": "object", "properties": {}}}}]  # fmt: skip
         url = endpoint.rstrip("/") + "/chat/completions"

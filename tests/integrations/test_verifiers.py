@@ -163,6 +163,39 @@ def test_each_rollout_equals_verifiers_own_timers(kit):
         assert bd.reward == 1.0
 
 
+def test_an_interaction_of_several_segments_equals_verifiers_own_timers(kit, env):
+    """``Agent.interaction``: the caller speaks between segments (its time is the
+    harness's, in verifiers' agent span); one trajectory for the whole exchange."""
+
+    async def main():
+        async with kit.Server(GENERATE_S) as server:
+            agent = agent_for(kit, server.url)
+            async with agent.interaction(task(kit, 3)) as exchange:
+                await exchange.turn()
+                await asyncio.sleep(TOOL_S)  # the caller thinking
+                await exchange.turn("And again?")
+            return exchange.trace
+
+    worst = None
+    for _ in range(ATTEMPTS):
+        env.collector.drain()
+        inst = instrumented(env)
+        try:
+            trace = asyncio.run(main())
+        finally:
+            inst.uninstrument()
+        assert trace.ok, trace.errors
+        (bd,) = env.collector.peek()
+        devs = deviations(trace, bd)
+        worst = max(abs(v) for v in devs.values())
+        if worst <= TOLERANCE_S:
+            break
+    assert worst <= TOLERANCE_S, devs
+    assert bd.trajectory_id == trace.id
+    assert bd.turns == len(trace.calls) == 4  # 3 in the first segment, 1 in the second
+    assert trace.stop_condition == "user_closed"
+
+
 def test_every_span_is_under_its_root_and_roots_link_to_the_batch(kit, env):
     inst = instrumented(env)
     try:
