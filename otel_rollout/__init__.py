@@ -2,6 +2,8 @@
 time breakdown (llm / env / env_setup / env_teardown / other), histograms, and the
 per-batch dict trainers log."""
 
+from types import MappingProxyType
+
 from otel_rollout._accounting.batch_accumulator import (
     BatchAccumulator,
     group_by_batch,
@@ -40,11 +42,13 @@ from otel_rollout._version import __version__
 from otel_rollout.attributes import ALL_BANDS, BANDS
 
 #: Names that moved, and where to: still importable, with a DeprecationWarning.
-_MOVED = {
-    "Trajectory": ("TrajectoryHandle", TrajectoryHandle),
-    "Batch": ("BatchHandle", BatchHandle),
-    "Phase": ("PhaseHandle", PhaseHandle),
-}
+_MOVED = MappingProxyType(
+    {
+        "Trajectory": ("TrajectoryHandle", TrajectoryHandle),
+        "Batch": ("BatchHandle", BatchHandle),
+        "Phase": ("PhaseHandle", PhaseHandle),
+    }
+)
 
 
 def __getattr__(name: str) -> object:
