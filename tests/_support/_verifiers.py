@@ -26,8 +26,8 @@ _TURNS = re.compile(r"turns=(\d+)")
 class StandInServer:
     """``POST /v1/chat/completions``, streamed: after ``generate_s`` it answers with a
     call of ``tool`` (with ``arguments``) until the conversation holds ``turns - 1`` tool
-    results (``turns=N`` in the first user message), then with text. Records each
-    request's headers."""
+    results (``turns=N`` in the first user message), then with text; with ``cut``, the
+    stream ends before its terminal event. Records each request's headers."""
 
     def __init__(
         self,
@@ -36,8 +36,10 @@ class StandInServer:
         output_tokens: int = 3,
         tool: str = TOOL,
         arguments: str = "{}",
+        cut: bool = False,
     ):
         self.generate_s = generate_s
+        self.cut = cut
         self.tool, self.arguments = tool, arguments
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
@@ -86,9 +88,10 @@ class StandInServer:
         )  # fmt: skip
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for chunk in chunks:
+        for chunk in chunks[:1] if self.cut else chunks:
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
+        if not self.cut:
+            await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 

@@ -196,6 +196,30 @@ def test_an_interaction_of_several_segments_equals_verifiers_own_timers(kit, env
     assert trace.stop_condition == "user_closed"
 
 
+def test_a_failed_rollout_ends_with_its_error(kit, env):
+    """The upstream stream ends before its terminal event: verifiers records a
+    ``ProviderError`` on the call and fails the rollout; so do we."""
+
+    async def main():
+        async with kit.Server(GENERATE_S, cut=True) as server:
+            return await agent_for(kit, server.url).run(task(kit, 2))
+
+    inst = instrumented(env)
+    try:
+        trace = asyncio.run(main())
+    finally:
+        inst.uninstrument()
+    assert not trace.ok
+    (root,) = env.roots()
+    assert root.attributes[A.STATUS] == A.STATUS_ERROR
+    assert trace.errors[-1].type in root.attributes[A.STATUS_DETAIL]
+    gens = env.spans(A.SPAN_GENERATE)
+    assert len(gens) == len(trace.calls) >= 1
+    assert {g.attributes[A.ERROR_TYPE] for g in gens} == {"ProviderError"}
+    (bd,) = env.breakdowns
+    assert abs(bd.llm - trace.timing.agent.model.duration) <= TOLERANCE_S
+
+
 def test_every_span_is_under_its_root_and_roots_link_to_the_batch(kit, env):
     inst = instrumented(env)
     try:
