@@ -148,10 +148,15 @@ def _handler(signum: int, frame: Any) -> None:
 
 
 def _deliver(signum: int, frame: Any) -> None:
-    """What the signal would have done without this module."""
-    previous = _previous.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
+    """What the signal would have done without this module (or, after a shutdown that
+    put the earlier handler back, what it does now)."""
+    handler = signal.getsignal(signum)
+    if handler is _handler:
+        handler = _previous.get(signum, signal.SIG_DFL)
+    if handler is signal.SIG_IGN or handler is None:
+        return
+    if callable(handler):
+        handler(signum, frame)
         return
     # end as the signal would have: the same signal, its default action
     signal.signal(signum, signal.SIG_DFL)

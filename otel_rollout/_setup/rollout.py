@@ -185,8 +185,6 @@ class Rollout:
                 worker = self._shutdown_worker = standby.start(self._stop, "otel-rollout-shutdown")
         if first:
             _exit_registry.pop(id(self), None)
-            if self.is_global:  # the handlers it put on SIGTERM/SIGHUP, where still set
-                preemption.uninstall()
         worker.join(timeout_s)
         done = not worker.is_alive()
         if first:
@@ -197,6 +195,8 @@ class Rollout:
                         abandon()
             self._report_losses()
             self._print_summary()
+            if self.is_global:  # its SIGTERM/SIGHUP handlers, where still set: only now,
+                preemption.uninstall()  # a signal meanwhile still waits for the flush
         return done
 
     def _report_losses(self) -> None:
