@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The suite (less tests/system) on the other Pythons the project supports: 3.12.1 (the
+# first release whose exit hooks cannot start threads), the newest 3.12 found here, and
+# 3.13; 3.11 is the main run. Each venv is cached under $OTEL_ROLLOUT_CI_CACHE, keyed on the
+# interpreter's version and .ci/requirements/pythons.txt. An interpreter missing here or a
+# failed install warns and is skipped; once installed, a failing test fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cache=${OTEL_ROLLOUT_CI_CACHE:-/work/venvs}
+req=.ci/requirements/pythons.txt
+uv=(.venv/bin/python -m uv)
+"${uv[@]}" --version >/dev/null 2>&1 || .venv/bin/pip install -q uv || uv=()
+status=0
+seen=""
+for py in /root/.pyenv/versions/3.12.*/bin/python /root/.pyenv/versions/3.13.*/bin/python \
+          /usr/bin/python3.12 /usr/bin/python3.13; do
+  [ -x "$py" ] || continue
+  version=$("$py" -c 'import platform; print(platform.python_version())')
+  case " $seen " in *" $version "*) continue ;; esac
+  seen="$seen $version"
+  key=$(cat "$req" | sha256sum | cut -c1-12)
+  venv="$cache/py$version-$key"
+  if [ ! -x "$venv/bin/pytest" ]; then
+    rm -rf "$venv"
+    if [ ${#uv[@]} -gt 0 ]; then
+      ok() { "${uv[@]}" venv -q -p "$py" "$venv" && "${uv[@]}" pip install -q -p "$venv/bin/python" -r "$req"; }
+    else
+      ok() { "$py" -m venv "$venv" && "$venv/bin/pip" install -q -r "$req"; }
+    fi
+    if ! ok; then
+      echo "warning: could not install the test requirements for Python $version; its run skipped" >&2
+      rm -rf "$venv"
+      continue
+    fi
+  fi
+  if [ ${#uv[@]} -gt 0 ]; then
+    "${uv[@]}" pip install -q -p "$venv/bin/python" --no-deps -e .
+  else
+    "$venv/bin/pip" install -q --no-deps -e .
+  fi
+  echo "== Python $version" >&2
+  start=$SECONDS
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -m 'not system' || status=1
+  echo "== Python $version: $((SECONDS - start)) s" >&2
+done
+[ -n "$seen" ] || echo "warning: no Python 3.12 or 3.13 here; the suite ran on 3.11 only" >&2
+exit $status
