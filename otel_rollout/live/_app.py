@@ -138,5 +138,5 @@ class TopApp(App):
             self.notify("nothing to select: no running trajectory or straggler yet")
             return
         trace_id, label = items[min(self.view.selected, len(items) - 1)]
-        text = tree_text(self.state, trace_id, self.bands)
+        text = tree_text(self.state, trace_id, self.bands, label)
         self.push_screen(TreeScreen(trace_id, label, text, jaeger_url(trace_id, self.jaeger)))

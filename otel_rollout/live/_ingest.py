@@ -1,19 +1,22 @@
 """Lines of OTLP JSON (a trace file's, or requests received over OTLP) into the live state.
 
 Each line is parsed once (with the report's parser), resource by resource so each span
-is known by the process that wrote it; in-flight records and loss records go to the
-state as such; every other span goes to the report's :class:`TraceAssembler`, which
-hands over each trajectory, with the same breakdown as ``report``, as soon as its root
-arrives. A line that is not trace JSON is counted (and a source whose lines all are not
-is said to be not a trace file); nothing here raises for bad input.
+is known by the process that wrote it; in-flight records, loss records and batch spans
+go to the state as such; the other spans are held by the state until their trajectory's
+root arrives (a trace file is written as spans end: a root comes after its phases), and
+then the trajectory's tree goes whole to the report's :class:`TraceAssembler`, which
+gives its breakdown, the same as ``report``'s, at once. A trajectory nested under its
+batch span (one trace per step) is assembled on its own, under a key of its own. A line
+that is not trace JSON is counted (and a source whose lines all are not is said to be not
+a trace file); nothing here raises for bad input.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from otel_rollout import attributes as A
@@ -30,9 +33,6 @@ try:  # three times faster where installed; the standard parser otherwise
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-#: Roots remembered until their trajectory is assembled (normally at once).
-_ROOTS = 10_000
-
 
 class Ingest:
     """Feeds :class:`LiveState` from OTLP JSON documents."""
@@ -40,10 +40,9 @@ class Ingest:
     def __init__(self, state: LiveState, bands: Mapping[str, str] | None = None) -> None:
         self.state = state
         self.result = ReadResult()
-        # window 0: a trajectory is finished as soon as its root arrives (a trace file is
-        # written as spans end, so its phase spans came before it)
+        # window 0: each trajectory is handed over whole, its root last
         self.assembler = TraceAssembler(self._emit, self.result, bands=bands, window_spans=0)
-        self._roots: OrderedDict[str, tuple[RawSpan, str]] = OrderedDict()
+        self._current: tuple[str, list[RawSpan], str] | None = None
         self.lines = 0
         self.bad_lines = 0
         self.records = 0
@@ -88,20 +87,37 @@ class Ingest:
                     continue
                 attrs = span.attributes
                 if A.TRAJECTORY_ID in attrs:
-                    self._roots[span.trace_id] = (span, key)
-                    if len(self._roots) > _ROOTS:
-                        self._roots.popitem(last=False)
+                    self._root(span, key)
                 elif A.BATCH_ID in attrs and A.PHASE not in attrs:  # as report reads it
                     if span.end_ns:
                         state.batch_span(batch_span(span))
                 else:
                     state.span(span, key)
-                self.assembler.add(span)
         return True
 
+    def _root(self, root: RawSpan, process: str) -> None:
+        tree = self.state.take_tree(root)
+        tid = root.trace_id
+        self._current = (tid, [*tree, root], process)
+        if root.parent_id is None:
+            for s in tree:
+                self.assembler.add(s)
+            self.assembler.add(root)
+        else:  # nested under its batch span: a trace of its own for the assembler
+            own = f"{tid}/{root.span_id:016x}"
+            for s in tree:
+                self.assembler.add(replace(s, trace_id=own))
+            self.assembler.add(replace(root, trace_id=own))
+        self._current = None
+
     def _emit(self, t: TrajectoryTrace) -> None:
-        root, key = self._roots.pop(t.breakdown.trace_id, (None, ""))
-        self.state.trajectory(t, root, key)
+        current = self._current
+        if current is None:  # pragma: no cover - the assembler emits only on a root
+            return
+        tid, spans, process = current
+        if t.breakdown.trace_id != tid:
+            t = replace(t, breakdown=replace(t.breakdown, trace_id=tid))
+        self.state.trajectory(t, spans, process)
 
     def _bad(self, message: str) -> bool:
         self.bad_lines += 1

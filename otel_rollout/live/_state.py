@@ -72,12 +72,21 @@ class Running:
 Window = tuple[int, int, list[int], list[int], list[int]]
 
 
+def done_key(trace_id: str, trajectory_id: str) -> str:
+    """A finished trajectory's key: its trace id alone is not enough when trajectories
+    nest under their batch span (one trace per step)."""
+    return f"{trace_id}/{trajectory_id}"
+
+
 class _Open:
-    __slots__ = ("first_start", "last_end", "last_phase", "process", "spans")
+    __slots__ = ("children", "first_start", "last_end", "last_phase", "n", "process")
 
     def __init__(self, process: str) -> None:
         self.process = process
-        self.spans: list[RawSpan] = []
+        #: parent span id -> the spans held below it (a trajectory's tree is taken out of
+        #: here, by its root's span id, when the root arrives)
+        self.children: dict[int | None, list[RawSpan]] = {}
+        self.n = 0
         self.first_start = 0
         self.last_end = 0
         self.last_phase = ""
@@ -121,16 +130,15 @@ class LiveState:
         return p
 
     def span(self, span: RawSpan, process: str) -> None:
-        """A span that is not a trajectory's root (held for its tree, and for the running
-        trajectory it belongs to while its root has not arrived)."""
+        """A span that is not a trajectory's root: held until its trajectory's root
+        arrives (its tree, and the running trajectory it shows meanwhile)."""
         tid = span.trace_id
-        if tid in self._done:
-            return
         o = self._open.get(tid)
         if o is None:
             o = self._open[tid] = _Open(process)
-        if len(o.spans) < MAX_SPANS_PER_TREE:
-            o.spans.append(span)
+        if o.n < MAX_SPANS_PER_TREE:
+            o.children.setdefault(span.parent_id, []).append(span)
+            o.n += 1
             self._open_spans += 1
         phase = span.attributes.get(A.PHASE)
         if phase is not None and span.end_ns is not None:
@@ -140,24 +148,37 @@ class LiveState:
                 o.last_end, o.last_phase = span.end_ns, str(phase)
         while self._open_spans > MAX_OPEN_SPANS and self._open:
             _, old = self._open.popitem(last=False)
-            self._open_spans -= len(old.spans)
+            self._open_spans -= old.n
             self.trees_cut += 1
 
-    def trajectory(self, t: TrajectoryTrace, root: RawSpan | None, process: str) -> None:
-        """A finished trajectory, from the assembler."""
+    def take_tree(self, root: RawSpan) -> list[RawSpan]:
+        """The spans held below ``root`` (a trajectory's root that just arrived), taken
+        out of the hold; the trace's other spans stay (other trajectories of a step)."""
+        o = self._open.get(root.trace_id)
+        if o is None:
+            return []
+        out: list[RawSpan] = []
+        stack = [root.span_id]
+        while stack:
+            kids = o.children.pop(stack.pop(), None)
+            if kids:
+                out.extend(kids)
+                stack.extend(k.span_id for k in kids)
+        o.n -= len(out)
+        self._open_spans -= len(out)
+        if root.parent_id is None or not o.children:
+            self._open.pop(root.trace_id, None)
+            self._open_spans -= o.n
+        return out
+
+    def trajectory(self, t: TrajectoryTrace, spans: list[RawSpan], process: str) -> None:
+        """A finished trajectory (from the assembler) and its spans, root included."""
         b = t.breakdown
-        tid = b.trace_id
-        o = self._open.pop(tid, None)
-        spans = []
-        if o is not None:
-            self._open_spans -= len(o.spans)
-            spans = o.spans
-        if root is not None:
-            spans.append(root)
-        self.trees[tid] = spans
+        key = done_key(b.trace_id, b.trajectory_id)
+        self.trees[key] = spans
         if len(self.trees) > TREES:
             self.trees.popitem(last=False)
-        self._done[tid] = None
+        self._done[key] = None
         if len(self._done) > REMEMBERED:
             self._done.popitem(last=False)
         nanos = b.nanos
@@ -189,9 +210,10 @@ class LiveState:
         if view is None:
             return
         for s in view.analysis.stragglers[-PINNED_TREES // 4 :]:
-            spans = self.trees.get(s.trace_id)
+            key = done_key(s.trace_id, s.trajectory_id)
+            spans = self.trees.get(key)
             if spans is not None:
-                self.pinned[s.trace_id] = spans
+                self.pinned[key] = spans
         while len(self.pinned) > PINNED_TREES:
             self.pinned.popitem(last=False)
 
@@ -241,7 +263,7 @@ class LiveState:
                 recorded.add(p.key)
         for p, snap in self._records():
             for r in snap.listed:
-                if r.trace_id not in self._done:
+                if done_key(r.trace_id, r.trajectory_id) not in self._done:
                     out.append(Running(r.trace_id, r.trajectory_id, r.env_class, r.batch_id,
                                        r.start_ns, r.phase, r.phase_start_ns, p.key))  # fmt: skip
         for tid, o in self._open.items():
@@ -258,7 +280,7 @@ class LiveState:
         for _, snap in self._records():
             c.update(snap.by_env)
             for r in snap.listed:  # ended since the record: no longer running
-                if r.trace_id in self._done and c[r.env_class] > 0:
+                if done_key(r.trace_id, r.trajectory_id) in self._done and c[r.env_class] > 0:
                     c[r.env_class] -= 1
         c = +c
         inferred = sum(1 for r in self.running() if r.inferred)
@@ -303,14 +325,16 @@ class LiveState:
         span = min(seconds, max(1e-9, (now - (self.first_start_ns or now)) / 1e9))
         return n / span if span > 0 else 0.0
 
-    def tree(self, trace_id: str) -> tuple[list[RawSpan], bool] | None:
-        """(spans held of ``trace_id``, whether its root has arrived), or None."""
-        if trace_id in self.trees:
-            return self.trees[trace_id], True
-        if trace_id in self.pinned:
-            return self.pinned[trace_id], True
+    def tree(self, trace_id: str, trajectory_id: str = "") -> tuple[list[RawSpan], bool] | None:
+        """(spans held of the trajectory, whether its root has arrived), or None."""
+        key = done_key(trace_id, trajectory_id)
+        for held in (self.trees, self.pinned):
+            if key in held:
+                return held[key], True
         o = self._open.get(trace_id)
-        return (list(o.spans), False) if o is not None else None
+        if o is None:
+            return None
+        return [x for kids in o.children.values() for x in kids], False
 
 
 def _after(r: Running, last_phase: str) -> Running:

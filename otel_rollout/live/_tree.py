@@ -34,15 +34,18 @@ def _readable(s: RawSpan) -> ReadableSpan:
                         start_time=s.start_ns, end_time=s.end_ns, status=status)  # fmt: skip
 
 
-def tree_text(state: LiveState, trace_id: str, bands: dict[str, str] | None = None) -> str:
-    """The tree of ``trace_id`` (ANSI colours), or a line saying why there is none."""
-    held = state.tree(trace_id)
+def tree_text(state: LiveState, trace_id: str, bands: dict[str, str] | None = None,
+              trajectory_id: str = "") -> str:  # fmt: skip
+    """The tree of the trajectory (ANSI colours), or a line saying why there is none."""
+    held = state.tree(trace_id, trajectory_id)
     if held is None or not held[0]:
         return (f"trace {trace_id}: no spans of it held (none ended yet, or it finished "
                 "long ago); open it in Jaeger")  # fmt: skip
     spans, finished = held
     renderer = TreeRenderer(bands)
     roots = [s for s in spans if A.TRAJECTORY_ID in s.attributes]
+    if trajectory_id:
+        roots = [s for s in roots if s.attributes.get(A.TRAJECTORY_ID) == trajectory_id] or roots
     if finished and roots:
         root = roots[0]
         rest = [_readable(s) for s in spans if s is not root]

@@ -41,9 +41,9 @@ class GatedRun:
                 time.sleep(0.002)
 
     @contextmanager
-    def batch(self, step: int) -> Iterator[GatedRun]:
+    def batch(self, step: int, nest: bool = False) -> Iterator[GatedRun]:
         """Start the batch's trajectories; on exit wait for them, then end the batch."""
-        with self.rollout.tracer.batch(step=step) as b:
+        with self.rollout.tracer.batch(step=step, nest=nest) as b:
             self._batch = b
             self._threads = [
                 threading.Thread(target=contextvars.copy_context().run, args=(self._one, i))

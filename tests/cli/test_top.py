@@ -108,6 +108,30 @@ def test_running_trajectories_appear_the_tail_forms_and_the_end_equals_report(
     assert rep.analysis.stragglers[-1].trace_id[:8] in text
 
 
+def test_trajectories_nested_under_their_batch_span_are_each_their_own(tmp_path, monkeypatch):
+    rollout = configure_file_run(tmp_path, monkeypatch)
+    run = GatedRun(rollout, 4)
+    feed = _feed(str(tmp_path))
+    state = feed.ingest.state
+    with run.batch(step=5, nest=True):  # one trace for the step and its trajectories
+        run.release(0, 1)
+        _poll_until(feed, "two finished", lambda: state.finished == 2)
+        _poll_until(feed, "two running", lambda: {r.trajectory_id for r in state.running()
+                    if not r.inferred} == {"t02", "t03"})  # fmt: skip
+    rollout.shutdown()
+    _poll_until(feed, "the verdict", lambda: state.finished == 4 and state.batches.verdicts)
+    traj = []
+    result = read_sources([str(tmp_path / "*.jsonl")], emit=traj.append)
+    assert result.found == 4 and len({t.breakdown.trace_id for t in traj}) == 1
+    _, e2e, bands, _, _ = state.window(3600.0)
+    assert e2e == sum(t.breakdown.nanos["e2e"] for t in traj)
+    assert bands == [sum(t.breakdown.nanos[b] for t in traj) for b in A.ALL_BANDS]
+    assert feed.reader_losses() == {}
+    (live,) = state.batches.verdicts
+    assert live.analysis.trajectories == 4
+    assert {b.trace_id for b in live.analysis.stragglers} == {traj[0].breakdown.trace_id}
+
+
 def test_writer_without_records_still_shows_running_trajectories_inferred(tmp_path, monkeypatch):
     import otel_rollout
 
@@ -198,8 +222,8 @@ def test_selected_stragglers_tree_is_the_console_renderers_with_a_jaeger_link(
     feed = _feed(str(tmp_path))
     _poll_until(feed, "verdict", lambda: feed.ingest.state.batches.verdicts)
     items = selectable(feed.ingest.state, View())
-    trace_id, _ = items[0]  # the last straggler
-    text = tree_text(feed.ingest.state, trace_id)
+    trace_id, trajectory_id = items[0]  # the last straggler
+    text = tree_text(feed.ingest.state, trace_id, trajectory_id=trajectory_id)
     assert f"trace {trace_id}" in text and "[llm]" in text and "breakdown" in text
     assert jaeger_url(trace_id, "http://j:16686/") == f"http://j:16686/trace/{trace_id}"
 
