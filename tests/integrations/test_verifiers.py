@@ -445,3 +445,37 @@ def test_the_shipped_bash_harness_in_a_subprocess_equals_verifiers_own_timers(ki
     gens = [g for g in env.spans(A.SPAN_GENERATE) if g.context.trace_id == int(bd.trace_id, 16)]
     sent = sorted(h["traceparent"][:-3] for h in server.headers)
     assert sent == sorted(f"00-{g.context.trace_id:032x}-{g.context.span_id:016x}" for g in gens)
+
+
+def test_a_configured_pipeline_finishes_the_roots_through_its_tracer(kit, tmp_path, monkeypatch):
+    """``instrument(rollout_tracer=rollout.tracer)`` of a ``configure(local=True)``
+    pipeline: its breakdown processor finishes the roots, verifiers' clock times them."""
+    from otel_rollout import configure
+    from otel_rollout.integrations.verifiers import VerifiersInstrumentor
+
+    monkeypatch.setenv(KEY_ENV, "stand-in")
+    got = []
+    rollout = configure(
+        local=True,
+        traces_exporter="none",
+        metrics_exporter="none",
+        output_dir=tmp_path,
+        on_breakdown=got.append,
+        summary_stream=None,
+    )
+    inst = VerifiersInstrumentor()
+    inst.instrument(rollout_tracer=rollout.tracer)
+
+    async def main():
+        async with kit.Server(GENERATE_S) as server:
+            return await agent_for(kit, server.url).run(task(kit, 2))
+
+    try:
+        trace = asyncio.run(main())
+    finally:
+        inst.uninstrument()
+        rollout.shutdown()
+    (bd,) = got
+    assert bd.trajectory_id == trace.id
+    assert abs(bd.llm - trace.timing.agent.model.duration) <= TOLERANCE_S
+    assert bd.start_time_ns == round(trace.timing.boot.start * 1e9)

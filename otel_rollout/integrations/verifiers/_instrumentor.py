@@ -144,9 +144,15 @@ class VerifiersInstrumentor(BaseInstrumentor):
 
 def _tracer(kwargs: dict[str, Any]) -> RolloutTracer:
     """The tracer of ``instrument(rollout_tracer=)`` (or of ``tracer_provider=``,
-    ``meter_provider=``, ``processor=``), on a clock that can be pinned to verifiers'
-    timestamps where a root starts and ends."""
+    ``meter_provider=``, ``processor=``; else of ``otel_rollout.configure()``'s
+    pipeline), on a clock that can be pinned to verifiers' timestamps where a root
+    starts and ends."""
     given = kwargs.get("rollout_tracer")
+    if given is None and kwargs.get("tracer_provider") is None:
+        from otel_rollout import get_rollout
+
+        configured = get_rollout()  # configure()'s pipeline, when there is one
+        given = configured.tracer if configured is not None else None
     if given is not None:
         return RolloutTracer(
             getattr(given, "_provider", None),
