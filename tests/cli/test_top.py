@@ -363,3 +363,15 @@ def test_top_parser_is_registered():
     sub = argparse.ArgumentParser().add_subparsers()
     add_parser(sub, lambda s: s, lambda *m: None)
     assert "top" in sub.choices
+
+
+def test_export_health_shows_the_writers_losses_by_reason(tmp_path):
+    from otel_rollout._export.tracefile import loss_record
+
+    f = tmp_path / "traces-x.jsonl"
+    ids = {"rollout.export.writer.id": "w1", "rollout.run.id": "r"}
+    f.write_bytes(loss_record(ids, {"queue_full": 5}) + loss_record(ids, {"queue_full": 12,
+                  "export_failed": 3}))  # fmt: skip
+    feed = _feed(str(f))
+    feed.poll(0.5)
+    assert "export  dropped export_failed 3, queue_full 12" in _text(feed)
