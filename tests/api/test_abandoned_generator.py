@@ -35,9 +35,8 @@ def test_the_next_trajectory_is_not_nested_under_one_still_held_by_a_generator(r
 
 def test_a_trajectory_inside_a_nested_batch_keeps_the_batch_as_parent(rollout_env):
     tracer = rollout_env.tracer
-    with tracer.batch(step=1, nest=True):
-        with tracer.trajectory("outer"), tracer.trajectory("inner"):
-            pass
+    with tracer.batch(step=1, nest=True), tracer.trajectory("outer"), tracer.trajectory("inner"):
+        pass
     (batch,) = rollout_env.spans(A.SPAN_BATCH)
     roots = {s.attributes[A.TRAJECTORY_ID]: s for s in rollout_env.roots()}
     assert roots["inner"].parent.span_id == batch.context.span_id
