@@ -237,8 +237,10 @@ def test_suppressed_and_uninstrumented_runs_are_untouched(setup, instrumented):
     from otel_rollout.integrations.verl import VerlInstrumentor
 
     originals = {
-        "run": agent_loop.AgentLoopWorker.__dict__["_run_agent_loop"],
+        "run": agent_loop.AgentLoopWorker.__dict__["generate_sequences"],
         "generate": LLMServerClient.__dict__["generate"],
+        "trace_attr": agent_loop.rollout_trace_attr,
+        "dump": agent_loop.AgentLoopMetrics.__dict__.get("model_dump"),
     }
     env = instrumented()
     VerlInstrumentor().instrument(rollout_tracer=env.tracer)  # twice: still one wrapper
@@ -250,7 +252,9 @@ def test_suppressed_and_uninstrumented_runs_are_untouched(setup, instrumented):
     assert env.spans() == [] and out.meta_info["metrics"][0]["tool_calls"] > 0
     VerlInstrumentor().uninstrument()
     assert tool_loop.simple_timer is simple_timer and agent_loop.simple_timer is simple_timer
-    assert agent_loop.AgentLoopWorker.__dict__["_run_agent_loop"] is originals["run"]
+    assert agent_loop.AgentLoopWorker.__dict__["generate_sequences"] is originals["run"]
+    assert agent_loop.rollout_trace_attr is originals["trace_attr"]
+    assert agent_loop.AgentLoopMetrics.__dict__.get("model_dump") is originals["dump"]
     assert LLMServerClient.__dict__["generate"] is originals["generate"]
     assert function_tool.asyncio is asyncio
     _generate(worker, (2,))

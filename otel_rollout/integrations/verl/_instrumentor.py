@@ -19,8 +19,10 @@ from otel_rollout.integrations.verl._client import (
 )
 from otel_rollout.integrations.verl._samples import (
     manager_wrapper,
+    metrics_dump_wrapper,
     metrics_wrapper,
-    sample_wrapper,
+    trace_attr_wrapper,
+    trajectory_info_wrapper,
     worker_wrapper,
 )
 from otel_rollout.integrations.verl._timers import timer_wrapper
@@ -59,7 +61,9 @@ class VerlInstrumentor(BaseInstrumentor):
         patches = self._patches = Patches()
         worker = agent_loop.AgentLoopWorker
         manager = agent_loop.AgentLoopManager
-        patches.wrap(worker, "_run_agent_loop", sample_wrapper(tracer))
+        patches.wrap(agent_loop, "rollout_trace_attr", trace_attr_wrapper(tracer))
+        patches.wrap(agent_loop, "get_trajectory_info", trajectory_info_wrapper)
+        patches.wrap(agent_loop.AgentLoopMetrics, "model_dump", metrics_dump_wrapper)
         patches.wrap(worker, "generate_sequences", worker_wrapper(tracer))
         add_timing = bool(kwargs.get("add_timing", True))
         patches.wrap(manager, "generate_sequences", manager_wrapper(tracer, add_timing))
