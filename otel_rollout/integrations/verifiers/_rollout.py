@@ -1,7 +1,8 @@
-"""One trajectory per verifiers ``Rollout``: the root opens when ``open()`` starts, is
-current (with the trajectory) while ``open``/``step``/``close`` run, and ends when
-``close()`` (or ``abort()``) returns, with every phase span made from verifiers' own
-timestamps (:mod:`._phases`), its rewards, status and stop condition.
+"""One trajectory per verifiers ``Rollout``: the root starts at verifiers' own boot
+start (the first ``Trace.notify`` during ``open()`` that has it), is current (with the
+trajectory) while ``open``/``step``/``close`` run, and ends when ``close()`` (or
+``abort()``) returns, with every phase span made from verifiers' own timestamps
+(:mod:`._phases`), its rewards, status and stop condition.
 
 The root is entered in a copy of the caller's context, so nothing of it stays current
 in the caller between calls (peer rollouts interleave in one task), and exits there."""
