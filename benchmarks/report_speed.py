@@ -6,15 +6,13 @@ breakdown on each root, the trace file rotated at ``--max-mb``) with ``--traject
 
 - the CPU of ``json.loads`` of every line, in this process (the baseline: a report cannot
   do its work without at least reading its input);
-- ``otel-rollout report FILES --format json --jobs J`` in a child process, for each
-  ``--jobs`` value: its CPU (the child and its worker processes, user + system), wall
-  time and peak RSS (the largest of those processes).
+- ``otel-rollout report FILES --format json`` in a child process: its CPU (user +
+  system), wall time and peak RSS.
 
-Prints each report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
-than parsing its input with the standard library) and checks every run answers the
-same figures.
+Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
+than parsing its input with the standard library).
 
-    python benchmarks/report_speed.py [--trajectories 30000] [--jobs 1 2]
+    python benchmarks/report_speed.py [--trajectories 30000]
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +30,7 @@ _CHILD = (
     "import resource, sys, time\n"
     "from otel_rollout.cli import main\n"
     "t = time.perf_counter()\n"
-    "rc = main(['report', *sys.argv[2:], '--format', 'json', '--jobs', sys.argv[1]])\n"
+    "rc = main(['report', *sys.argv[1:], '--format', 'json'])\n"
     "wall = time.perf_counter() - t\n"
     "s, c = resource.getrusage(resource.RUSAGE_SELF), "
     "resource.getrusage(resource.RUSAGE_CHILDREN)\n"
@@ -74,9 +71,9 @@ def json_loads_cpu(files: list[str]) -> tuple[float, int]:
     return cpu, size
 
 
-def run_report(files: list[str], jobs: int) -> tuple[float, float, float, dict]:
+def run_report(files: list[str]) -> tuple[float, float, float, dict]:
     """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(jobs), *files],
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *files],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -99,13 +96,6 @@ def main() -> int:
         help="rotate the trace file at this size (default 128)",
     )
     parser.add_argument("--files", nargs="+", help="read these trace files instead")
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        nargs="+",
-        default=[1, os.cpu_count() or 1],
-        help="--jobs values of the report runs (default: 1 and the cores)",
-    )
     parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
     args = parser.parse_args()  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -117,16 +107,9 @@ def main() -> int:
         base, size = json_loads_cpu(files)
         print(f"{len(files)} files, {size / 1e6:.0f} MB; json.loads of every line: "
               f"{base:.2f} s CPU ({size / 1e6 / base:.0f} MB/s)")  # fmt: skip
-        answers = []
-        for jobs in args.jobs:
-            cpu, wall, rss, out = run_report(files, jobs)
-            answers.append(out)
-            print(f"report --jobs {jobs}: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, "
-                  f"wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
-                  f"{out['trajectories']} trajectories")  # fmt: skip
-        if any(a != answers[0] for a in answers):
-            print("the runs answer different figures", file=sys.stderr)
-            return 1
+        cpu, wall, rss, out = run_report(files)
+        print(f"report: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, wall {wall:6.2f} s, "
+              f"peak RSS {rss:6.1f} MiB, {out['trajectories']} trajectories")  # fmt: skip
     return 0
 
 
