@@ -13,6 +13,7 @@ import pytest
 from _otel_env import clean_otel_env
 
 from otel_rollout.report import read_sources
+from otel_rollout.testing.receiver import OTLPReceiver
 
 _TRAINER = textwrap.dedent(
     """
@@ -61,6 +62,22 @@ def test_a_terminating_signal_flushes_summarises_and_ends_the_process_by_that_si
     assert f"{signal.Signals(signum).name} received" in err
     assert "otel-rollout: 2000 trajectories" in err  # the summary
     assert _found(tmp_path) == 2000
+
+
+def test_a_terminating_signal_flushes_to_a_slow_otlp_endpoint_within_the_bound(tmp_path):
+    receiver = OTLPReceiver().start()
+    receiver.delay_s = 0.05  # each export request answered after 50 ms
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint,
+               "OTEL_METRICS_EXPORTER": "none"}  # fmt: skip
+        proc = _trainer(tmp_path, "default", env)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGTERM, err
+        roots = [s for s in receiver.spans() if s.name == "trajectory"]
+        assert len(roots) == 2000, err[-2000:]
+    finally:
+        receiver.stop()
 
 
 def test_the_users_handler_runs_after_the_flush(tmp_path):
