@@ -92,10 +92,20 @@ def _worker(setup):
     return AgentLoopWorker(setup["config"], client)
 
 
-def _generate(worker, turns, step=1):
+def _generate(worker, turns, tracer=None, step=1):
+    """verl's worker on one step: inside a batch of ``tracer`` (what the manager opens
+    on the driver) when given."""
     import _verl
 
-    return asyncio.run(worker.generate_sequences(_verl.prompts(list(turns), step=step)))
+    data = _verl.prompts(list(turns), step=step)
+    if tracer is None:
+        return asyncio.run(worker.generate_sequences(data))
+
+    async def step_():
+        async with tracer.batch(step):
+            return await worker.generate_sequences(data)
+
+    return asyncio.run(step_())
 
 
 def _worst_miss(bds, metrics) -> float:
@@ -113,7 +123,7 @@ def _parity_run(setup, make):
     worker = _worker(setup)
     for attempt in range(ATTEMPTS):
         env = make()
-        out = _generate(worker, TURNS)
+        out = _generate(worker, TURNS, env.tracer)
         metrics = out.meta_info["metrics"]
         bds = {b.trajectory_id: b for b in env.breakdowns}
         if len(bds) == len(TURNS) and _worst_miss(bds, metrics) <= TOLERANCE_S:
@@ -219,7 +229,8 @@ def test_single_turn_agent_loop(setup, instrumented):
     worker = _worker(setup)
     data = _verl.prompts([1, 1, 1])
     data.non_tensor_batch["agent_name"][:] = "single_turn_agent"
-    out = asyncio.run(worker.generate_sequences(data))
+    out = asyncio.run(worker.generate_sequences(data))  # outside any batch: roots alone
+    assert env.spans(A.SPAN_BATCH) == []
     bds = {b.trajectory_id: b for b in env.breakdowns}
     for i, m in enumerate(out.meta_info["metrics"]):
         assert bds[f"{i}_0"].llm == pytest.approx(m["generate_sequences"], abs=TOLERANCE_S)
@@ -237,7 +248,7 @@ def test_suppressed_and_uninstrumented_runs_are_untouched(setup, instrumented):
     from otel_rollout.integrations.verl import VerlInstrumentor
 
     originals = {
-        "run": agent_loop.AgentLoopWorker.__dict__["generate_sequences"],
+        "info": agent_loop.get_trajectory_info,
         "generate": LLMServerClient.__dict__["generate"],
         "trace_attr": agent_loop.rollout_trace_attr,
         "dump": agent_loop.AgentLoopMetrics.__dict__.get("model_dump"),
@@ -252,7 +263,7 @@ def test_suppressed_and_uninstrumented_runs_are_untouched(setup, instrumented):
     assert env.spans() == [] and out.meta_info["metrics"][0]["tool_calls"] > 0
     VerlInstrumentor().uninstrument()
     assert tool_loop.simple_timer is simple_timer and agent_loop.simple_timer is simple_timer
-    assert agent_loop.AgentLoopWorker.__dict__["generate_sequences"] is originals["run"]
+    assert agent_loop.get_trajectory_info is originals["info"]
     assert agent_loop.rollout_trace_attr is originals["trace_attr"]
     assert agent_loop.AgentLoopMetrics.__dict__.get("model_dump") is originals["dump"]
     assert LLMServerClient.__dict__["generate"] is originals["generate"]

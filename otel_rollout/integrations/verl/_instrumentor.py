@@ -23,7 +23,6 @@ from otel_rollout.integrations.verl._samples import (
     metrics_wrapper,
     trace_attr_wrapper,
     trajectory_info_wrapper,
-    worker_wrapper,
 )
 from otel_rollout.integrations.verl._timers import timer_wrapper
 from otel_rollout.integrations.verl._tools import AsyncioProxy, traced_call_tool
@@ -59,12 +58,10 @@ class VerlInstrumentor(BaseInstrumentor):
         )
         self._rollout_tracer = tracer
         patches = self._patches = Patches()
-        worker = agent_loop.AgentLoopWorker
         manager = agent_loop.AgentLoopManager
         patches.wrap(agent_loop, "rollout_trace_attr", trace_attr_wrapper(tracer))
         patches.wrap(agent_loop, "get_trajectory_info", trajectory_info_wrapper)
         patches.wrap(agent_loop.AgentLoopMetrics, "model_dump", metrics_dump_wrapper)
-        patches.wrap(worker, "generate_sequences", worker_wrapper(tracer))
         add_timing = bool(kwargs.get("add_timing", True))
         patches.wrap(manager, "generate_sequences", manager_wrapper(tracer, add_timing))
         patches.wrap(manager, "_performance_metrics", metrics_wrapper)

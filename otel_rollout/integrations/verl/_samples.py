@@ -17,8 +17,12 @@ tasks; and each sample's breakdown goes back with verl's own per-sample metrics
 carrier (:func:`otel_rollout.integrations.ray.carrier`) in the prompts' ``meta_info``,
 which ``prompts.chunk()`` copies to every worker's chunk; the driver takes the
 breakdowns out in ``_performance_metrics`` (before verl reads its keys) and adds them
-to the batch. A worker called in this process without a carrier, outside any batch,
-opens a batch of its own for the call.
+to the batch. A worker called directly (not through the manager) joins the batch the
+caller has open, if any.
+
+No method of ``AgentLoopWorker`` is wrapped, in the driver either: Ray pickles the
+actor class by value with the methods it finds there, and a wrapped method would
+neither pickle nor run in the actors.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from otel_rollout._api.batch_span import (
     attach_batch,
     batch_from_carrier,
     current_batch,
-    step_span_batch,
 )
 from otel_rollout._api.tracer import RolloutTracer
 from otel_rollout._base.errors import internal_error
@@ -52,10 +55,6 @@ BREAKDOWNS_KEY = "otel_rollout_breakdowns"
 #: The prefix of the keys added to ``meta_info["timing"]`` (verl logs ``timing_s/<key>``).
 TIMING_PREFIX = "rollout/"
 
-#: The breakdowns of the trajectories of the worker call running in this context.
-_FINISHED: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "otel_rollout_verl_finished", default=None
-)
 #: Whether this worker call's samples belong to a batch of another process (the driver).
 _HAND_BACK: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_rollout_verl_hand_back", default=False
@@ -131,9 +130,6 @@ class _Sample:
         bd = traj.breakdown
         if bd is None or output is None:
             return
-        finished = _FINISHED.get()
-        if finished is not None:
-            finished.append(bd)
         if _HAND_BACK.get():  # the driver's batch: the breakdown goes back with verl's metrics
             with contextlib.suppress(Exception):
                 object.__setattr__(output.metrics, _BREAKDOWN_ATTR, bd)
@@ -184,23 +180,6 @@ def _step_of(data: Any) -> int | None:
     meta = getattr(data, "meta_info", None)
     step = plain(meta.get("global_steps")) if isinstance(meta, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
-
-
-def worker_wrapper(tracer: RolloutTracer) -> Any:
-    """``AgentLoopWorker.generate_sequences`` called in this process (not as a Ray actor,
-    whose methods are copies): outside any batch and without the driver's carrier, the
-    call is a batch of its own."""
-
-    async def generate_sequences(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
-        data = args[0] if args else kw.get("batch")
-        meta = getattr(data, "meta_info", None)
-        carried = isinstance(meta, dict) and meta.get(CARRIER_META)
-        if carried or current_batch() is not None or step_span_batch() is not None:
-            return await wrapped(*args, **kw)
-        async with tracer.batch(_step_of(data)):
-            return await wrapped(*args, **kw)
-
-    return generate_sequences
 
 
 def metrics_wrapper(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
