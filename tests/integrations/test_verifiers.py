@@ -360,6 +360,30 @@ def test_uninstrument_restores_verifiers(kit, env):
     assert env.roots() == []
 
 
+def test_uninstrumenting_mid_rollout_ends_its_trajectory(kit, env):
+    inst = instrumented(env)
+
+    class Uninstrumenting(kit.Task):
+        async def setup(self, trace, runtime):
+            inst.uninstrument()  # mid-setup: the rest of the rollout is not traced
+
+    async def main():
+        async with kit.Server(GENERATE_S) as server:
+            agent = agent_for(kit, server.url)
+            return await agent.run(Uninstrumenting(task(kit, 2).data))
+
+    trace = asyncio.run(main())
+    assert trace.ok
+    (root,) = env.roots()
+    assert root.attributes[A.STATUS] == "aborted"
+    assert root.start_time == round(trace.timing.boot.start * 1e9)
+    assert env.spans(A.SPAN_GENERATE) == []
+    boot, setup = sorted(env.spans(A.SPAN_ENV_SETUP), key=lambda s: s.start_time)
+    assert boot.attributes["verifiers.stage"] == "boot"
+    assert setup.end_time == root.end_time  # still running: it ends with the root
+    assert env.spans(A.SPAN_ENV_TEARDOWN) == []
+
+
 def test_instrumenting_twice_traces_each_rollout_once(kit, env):
     inst = instrumented(env)
     inst.instrument(tracer_provider=env.tracer_provider, processor=env.processor)

@@ -32,6 +32,8 @@ CLIENTS = (
 )
 #: Where ``vf-eval`` fans an evaluation's rollouts out: one batch per call.
 EVAL_RUNNER_MODULE = "verifiers.v1.cli.eval.runner"
+#: The status of a rollout aborted, or still in flight when instrumentation is removed.
+ABORTED = "aborted"
 #: The batch span's attribute naming what opened it.
 BATCH_SOURCE = "verifiers.batch.source"
 
@@ -103,7 +105,7 @@ class VerifiersInstrumentor(BaseInstrumentor):
         patches.wrap(cls, "open", traced_open)
         patches.wrap(cls, "step", traced_step)
         patches.wrap(cls, "close", ending(None))
-        patches.wrap(cls, "abort", ending("aborted"))
+        patches.wrap(cls, "abort", ending(ABORTED))
         server = require(INTERCEPTION_MODULE, "verifiers")
         patches.wrap(server.InterceptionServer, "record_call", record_call_wrapper(rollouts))
         for module, name, methods in CLIENTS:
@@ -135,6 +137,8 @@ class VerifiersInstrumentor(BaseInstrumentor):
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._patches.restore()
+        for state in self._rollouts.in_flight():  # their close() is no longer traced
+            finish(self._rollouts, state, state.rollout, None, ABORTED)
         runner = getattr(self, "_runner", None)
         if runner is not None:
             runner.gather_rollouts = self._real_gather

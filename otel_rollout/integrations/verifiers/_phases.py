@@ -26,13 +26,16 @@ STAGE_BOOT, STAGE_SETUP, STAGE_AGENT = "boot", "setup", "agent"
 STAGE_TEARDOWN = "teardown"
 
 
-def _span(timespan: Any) -> tuple[int, int] | None:
-    """A verifiers ``TimeSpan`` that ran (start and end set) in epoch nanoseconds."""
+def _span(timespan: Any, open_end: int | None = None) -> tuple[int, int] | None:
+    """A verifiers ``TimeSpan`` that started, in epoch nanoseconds; one still running
+    (an aborted rollout's stage) ends at ``open_end``, as verifiers' ``close()`` ends
+    its unfinished stages."""
     start = getattr(timespan, "start", 0.0) or 0.0
     end = getattr(timespan, "end", 0.0) or 0.0
-    if not start or not end:
+    if not start or (not end and open_end is None):
         return None
-    return to_ns(start), max(to_ns(start), to_ns(end))
+    s = to_ns(start)
+    return s, max(s, to_ns(end) if end else open_end)
 
 
 def last_end_ns(timing: Any) -> int | None:
@@ -95,7 +98,8 @@ def _harness_gaps(state: RolloutState, trace: Any, agent: tuple[int, int]) -> No
 
 def record_phases(state: RolloutState, trace: Any, end_ns: int) -> None:
     """Every phase span of a finished rollout from verifiers' own timestamps, and the
-    teardown after them (harness cleanup, runtime stop) up to ``end_ns``."""
+    teardown after them (harness cleanup, runtime stop) up to ``end_ns``; a stage still
+    running (abort, instrumentation removed) ends at ``end_ns``, with no teardown."""
     traj = state.traj
     try:
         timing = trace.timing
@@ -105,14 +109,18 @@ def record_phases(state: RolloutState, trace: Any, end_ns: int) -> None:
             (PHASE_FINALIZE, lambda **kw: traj.phase(PHASE_FINALIZE, **kw)),
             (PHASE_SCORING, lambda **kw: traj.phase(PHASE_SCORING, **kw)),
         ):
-            span = _span(getattr(timing, stage))
+            span = _span(getattr(timing, stage), end_ns)
             if span is not None:
                 opener(**{STAGE: stage}).start(start_time=span[0]).end(span[1])
-        agent = _span(timing.agent)
+        agent = _span(timing.agent, end_ns)
         if agent is not None:
             _harness_gaps(state, trace, agent)
         last = last_end_ns(timing)
-        if last is not None and end_ns > last:
+        running = any(
+            getattr(s, "start", 0.0) and not getattr(s, "end", 0.0)
+            for s in (timing.boot, timing.setup, timing.agent, timing.finalize, timing.scoring)
+        )
+        if last is not None and end_ns > last and not running:
             traj.env_teardown(**{STAGE: STAGE_TEARDOWN}).start(start_time=last).end(end_ns)
     except Exception as exc:  # verifiers' trace changed shape: report once, end the root
         internal_error("verifiers phases", exc)

@@ -82,7 +82,7 @@ def begin(
             pin(None)
 
     scope, traj = ctx.run(enter)
-    state = RolloutState(traj=traj, scope=scope, context=ctx, harness=harness)
+    state = RolloutState(traj=traj, scope=scope, context=ctx, rollout=rollout, harness=harness)
     rollouts.register(str(rollout.trace.id), state)
     return state
 

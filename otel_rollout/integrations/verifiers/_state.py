@@ -54,6 +54,7 @@ class RolloutState:
     traj: Trajectory
     scope: Any
     context: contextvars.Context
+    rollout: Any = None
     harness: str | None = None
     inflight: list[Generation] = field(default_factory=list)
     done: bool = False
@@ -86,6 +87,10 @@ class Rollouts:
         with self._lock:
             if self._by_trace.get(trace_id) is state:
                 del self._by_trace[trace_id]
+
+    def in_flight(self) -> list[RolloutState]:
+        with self._lock:
+            return list(self._by_trace.values())
 
     def clear(self) -> None:
         with self._lock:
