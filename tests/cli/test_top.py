@@ -375,3 +375,32 @@ def test_export_health_shows_the_writers_losses_by_reason(tmp_path):
     feed = _feed(str(f))
     feed.poll(0.5)
     assert "export  dropped export_failed 3, queue_full 12" in _text(feed)
+
+
+def test_listen_takes_otlp_http_json_and_ignores_metrics(tmp_path, monkeypatch):
+    import socket
+    import urllib.request
+
+    from otel_rollout.live._listen import Listener
+
+    rollout = configure_file_run(tmp_path, monkeypatch)
+    with rollout.tracer.trajectory("j", env="x") as t, t.generate():
+        pass
+    rollout.shutdown()
+    lines = [x for x in rollout.trace_file.read_text().splitlines() if '"j"' in x]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listener = Listener("127.0.0.1", port).start()
+    try:
+        base = f"http://127.0.0.1:{port + 1}"
+        for path, body in (("/v1/metrics", b"{}"), ("/v1/traces", lines[0].encode())):
+            req = urllib.request.Request(base + path, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200
+        feed = Feed(Ingest(LiveState()), None, listener)
+        feed.poll(0.5)
+        assert feed.ingest.state.finished == 1 and listener.received == 1
+    finally:
+        listener.stop()
