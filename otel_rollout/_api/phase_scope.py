@@ -26,6 +26,7 @@ class PhaseOwner(Protocol):
 
     _ctx: otel_context.Context
     _clock: Callable[[], int]
+    _trace_int: int
 
     def _start_phase(
         self,
@@ -96,9 +97,15 @@ class _PhaseScope:
 
     def __enter__(self) -> Any:
         traj = self._traj
-        # Outside this trajectory's context (an executor thread that lost the context),
-        # parent explicitly to the root so the span still belongs to the trajectory.
-        ctx = None if _CURRENT.get() is traj else traj._ctx
+        # Outside this trajectory's context (an executor thread that lost the context), or
+        # with another trajectory's span current (its phase open in this task), parent
+        # explicitly to the root so the span still belongs to this trajectory.
+        ctx = None
+        if (
+            _CURRENT.get() is not traj
+            or trace.get_current_span().get_span_context().trace_id != traj._trace_int
+        ):
+            ctx = traj._ctx
         span = self._start(ctx)
         try:
             handle = self._handle(span, self._traj._clock)

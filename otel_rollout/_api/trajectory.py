@@ -46,6 +46,7 @@ class Trajectory:
         "_latest",
         "_outer",
         "_restore",
+        "_trace_int",
         "_tracer",
         "_turns",
         "agent",
@@ -77,6 +78,7 @@ class Trajectory:
         #: starts there too, as a sibling (the tracer sets it).
         self._outer: otel_context.Context | None = None
         self.span = span
+        self._trace_int = span.get_span_context().trace_id
         self._ctx = trace.set_span_in_context(span)
         self.trajectory_id = trajectory_id
         self.env_class = env_class

@@ -319,3 +319,21 @@ def test_metric_export_outage_is_logged_when_it_starts_and_when_it_ends(caplog):
     finally:
         rx.stop()
         exporter.shutdown()
+
+
+def test_a_phase_opened_while_another_trajectorys_phase_is_current_stays_in_its_own_trace(
+    rollout_env,
+):
+    tracer = rollout_env.tracer
+    with (
+        tracer.trajectory("one") as t1,
+        tracer.trajectory("two") as t2,
+        t1.generate(),
+        t2.env_step(),
+    ):
+        pass
+    spans = {s.name: s for s in rollout_env.spans()}
+    roots = {s.attributes[A.TRAJECTORY_ID]: s for s in rollout_env.spans(A.SPAN_TRAJECTORY)}
+    step = spans[A.SPAN_ENV_STEP]
+    assert step.context.trace_id == roots["two"].context.trace_id
+    assert step.parent.span_id == roots["two"].context.span_id
