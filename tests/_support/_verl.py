@@ -5,9 +5,9 @@ latency per generate, a function tool with a known latency, and a batch of promp
 asking for 1 to 10 turns.
 
 The stand-in replica answers as verl's vLLM server does (``generate(prompt_ids,
-sampling_params, request_id, ...) -> TokenOutput``): a hermes ``<tool_call>`` while the
-conversation has fewer tool answers than its prompt asks turns for, then a final
-answer. :class:`LocalHandle` makes a plain object look like a Ray actor handle
+sampling_params, request_id, ...) -> TokenOutput``): hermes ``<tool_call>``s while the
+conversation has fewer assistant turns than its prompt asks for, then a final answer.
+:class:`LocalHandle` makes a plain object look like a Ray actor handle
 (``handle.method.remote(...)`` is awaitable), for runs without Ray.
 """
 
@@ -118,10 +118,12 @@ class StandInServer:
         await asyncio.sleep(self.generate_s)
         text = self.tokenizer.decode(prompt_ids)
         wanted = int(re.search(r"turns=(\d+)", text).group(1))
-        answered = text.count("<|im_start|>tool")
-        if answered + 1 < wanted:
-            call = {"name": TOOL_NAME, "arguments": {"seconds": 0}}
-            reply = f"<tool_call>{json.dumps(call)}</tool_call>"
+        parallel = re.search(r"parallel=(\d+)", text)
+        calls = int(parallel.group(1)) if parallel else 1
+        rounds = text.count("<|im_start|>assistant") - 1  # the generation prompt is one
+        if rounds + 1 < wanted:
+            call = json.dumps({"name": TOOL_NAME, "arguments": {"seconds": 0}})
+            reply = "".join(f"<tool_call>{call}</tool_call>" for _ in range(calls))
         else:
             reply = FINAL_ANSWER
         ids = [*self.tokenizer.encode(reply, add_special_tokens=False)]
@@ -165,14 +167,15 @@ def local_client(config: Any, model_dir: Path, generate_s: float) -> Any:
     return LLMServerClient(config, load_balancer_handle=balancer)
 
 
-def prompts(turns: list[int], *, step: int = 1) -> Any:
-    """A ``DataProto`` of one prompt per entry, each asking for that many turns."""
+def prompts(turns: list[int], *, step: int = 1, parallel: int = 1) -> Any:
+    """A ``DataProto`` of one prompt per entry, each asking for that many turns (and
+    ``parallel`` tool calls in each reply but the last)."""
     import numpy as np
     from verl.protocol import DataProto
 
     n = len(turns)
     raw = np.empty(n, dtype=object)
-    raw[:] = [[{"role": "user", "content": f"turns={t}"}] for t in turns]
+    raw[:] = [[{"role": "user", "content": f"turns={t} parallel={parallel}"}] for t in turns]
     data = DataProto.from_dict(
         non_tensors={
             "raw_prompt": raw,

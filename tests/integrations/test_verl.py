@@ -237,6 +237,37 @@ def test_single_turn_agent_loop(setup, instrumented):
         assert bds[f"{i}_0"].turns == 1 and bds[f"{i}_0"].env == 0.0
 
 
+def test_parallel_tool_calls(setup, instrumented):
+    """Three calls per round run at once: ``env`` is the round's time (verl's), not the
+    sum of the calls'."""
+    import _verl
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    extra = ["actor_rollout_ref.rollout.multi_turn.max_parallel_calls=3"]
+    config = _verl.ppo_config(setup["model"], setup["tool"], extra=extra)
+    worker = AgentLoopWorker(config, _verl.local_client(config, setup["model"], GENERATE_S))
+    turns = (2, 4)
+    for attempt in range(ATTEMPTS):
+        env = instrumented()
+        data = _verl.prompts(list(turns), parallel=3)
+        out = asyncio.run(worker.generate_sequences(data))
+        metrics = out.meta_info["metrics"]
+        bds = {b.trajectory_id: b for b in env.breakdowns}
+        if _worst_miss(bds, metrics) <= TOLERANCE_S:
+            break
+        assert attempt < ATTEMPTS - 1, f"worst miss {_worst_miss(bds, metrics):.6f} s"
+    calls = [s for s in env.spans() if s.attributes.get(A.GEN_AI_TOOL_NAME) == _verl.TOOL_NAME]
+    assert len(calls) == 3 * sum(t - 1 for t in turns)
+    for i, t in enumerate(turns):
+        b = bds[f"{i}_0"]
+        assert b.env == pytest.approx(metrics[i]["tool_calls"], abs=TOLERANCE_S)
+        mine = [s for s in calls if s.context.trace_id == int(b.trace_id, 16)]
+        assert len(mine) == 3 * (t - 1)
+        busy = sum(s.end_time - s.start_time for s in mine) * 1e-9
+        assert b.env < busy  # the calls overlapped; counted once
+        assert b.env >= (t - 1) * TOOL_S
+
+
 def test_suppressed_and_uninstrumented_runs_are_untouched(setup, instrumented):
     import verl.experimental.agent_loop.agent_loop as agent_loop
     import verl.experimental.agent_loop.tool_agent_loop as tool_loop
