@@ -35,14 +35,29 @@ from pathlib import Path
 
 #: Trajectories between two metric collections (a periodic reader exports every 60 s).
 COLLECT_EVERY = 50
+#: Turns of a trajectory (as in overhead.py).
+TURNS = 10
 
 MODES = {
     "bare": "bare SDK + batch export",
+    "bare_hist": "bare SDK + the 7 histogram records by hand",
     "nometrics": "otel-rollout, no histograms",
     "ours": "otel-rollout + histograms",
     "tokens": "otel-rollout + histograms, token counts recorded",
     "genai": "as tokens + GenAI client metrics",
+    "bare_file": "bare SDK + official OTLP JSON FileSpanExporter",
+    "default": "configure(): the whole default pipeline",
+    "bare_otlp": "bare SDK + official OTLP protobuf encoding",
 }
+
+
+#: (label, mode, baseline mode) of the ratios printed.
+RATIOS = [
+    ("whole default pipeline / bare SDK + official file", "default", "bare_file"),
+    ("spans + histograms / same by hand on bare SDK", "ours", "bare_hist"),
+    ("ratio otel-rollout / bare SDK", "ours", "bare"),
+    ("ratio without histograms / bare SDK", "nometrics", "bare"),
+]
 
 
 def tokens_tree(tracer) -> None:
@@ -91,6 +106,80 @@ class Collector:
         self._thread.join()
 
 
+def hand_histograms(meters):
+    """The three histograms of otel-rollout, made on a bare SDK meter: a function that
+    records a trajectory's seven values, as a hand-rolled timer would at its end, with the
+    same attributes and the root's context (exemplars)."""
+    from opentelemetry import trace
+
+    from otel_rollout import attributes as A
+
+    meter = meters.get_meter("bench")
+    duration = meter.create_histogram(
+        A.METRIC_DURATION, unit="s", explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS)
+    )
+    phase = meter.create_histogram(
+        A.METRIC_PHASE_DURATION,
+        unit="s",
+        explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
+    )
+    turns = meter.create_histogram(
+        A.METRIC_TURNS, unit="{turn}", explicit_bucket_boundaries_advisory=list(A.TURN_BUCKETS)
+    )
+    base = {A.STATUS: "ok", A.ENV_CLASS: "bench", A.GEN_AI_REQUEST_MODEL: "m"}
+    bands = [{**base, A.PHASE: band} for band in A.ALL_BANDS]
+
+    def record(root, e2e: float, per_band: list[float], n: int) -> None:
+        ctx = trace.set_span_in_context(root)
+        duration.record(e2e, base, context=ctx)
+        for attrs, value in zip(bands, per_band, strict=True):
+            phase.record(value, attrs, context=ctx)
+        turns.record(n, base, context=ctx)
+
+    return record
+
+
+def timed_bare_tree(tracer, record) -> None:
+    """``overhead.bare_tree``'s spans, each band's time summed by hand from the spans'
+    own times, and the seven records made when the trajectory ends."""
+    from opentelemetry.trace import SpanKind
+
+    tid = "x"
+    llm = env = 0
+    with tracer.start_as_current_span("trajectory", attributes={
+        "rollout.trajectory.id": tid, "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.conversation.id": tid, "rollout.env.class": "bench",
+        "gen_ai.agent.name": "bench", "gen_ai.request.model": "m",
+    }) as root:  # fmt: skip
+        with tracer.start_as_current_span(
+            "env_setup", attributes={"rollout.phase": "env_setup"}
+        ) as s:
+            pass
+        setup = s.end_time - s.start_time
+        for i in range(TURNS):
+            with tracer.start_as_current_span("generate", kind=SpanKind.CLIENT, attributes={
+                "rollout.phase": "llm", "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": tid, "gen_ai.request.model": "m", "rollout.turn": i,
+            }) as s:  # fmt: skip
+                pass
+            llm += s.end_time - s.start_time
+            with tracer.start_as_current_span("env_step", attributes={
+                "rollout.phase": "env", "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "bench", "gen_ai.tool.type": "function",
+                "gen_ai.conversation.id": tid, "rollout.turn": i,
+            }) as s:  # fmt: skip
+                pass
+            env += s.end_time - s.start_time
+        with tracer.start_as_current_span(
+            "env_teardown", attributes={"rollout.phase": "env_teardown"}
+        ) as s:
+            pass
+        teardown = s.end_time - s.start_time
+    e2e = root.end_time - root.start_time
+    other = e2e - llm - env - setup - teardown
+    record(root, e2e / 1e9, [x / 1e9 for x in (llm, env, setup, teardown, other)], TURNS)
+
+
 def _run_one(mode: str, n: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from opentelemetry.sdk.metrics import MeterProvider
@@ -101,10 +190,35 @@ def _run_one(mode: str, n: int) -> None:
 
     from otel_rollout import BreakdownProcessor, GenAIMetricsProcessor, RolloutTracer
 
+    tmp = tempfile.mkdtemp()
+    if mode == "default":
+        import otel_rollout
+
+        rollout = otel_rollout.configure(local=True, output_dir=tmp, service_name="bench")
+        for _ in range(20 + n):
+            rollout_tree(rollout.tracer)
+        rollout.shutdown(60)
+        return
     provider = TracerProvider()
     collector = None
-    if mode == "bare":
+    exporter = NullExporter()
+    if mode in ("bare", "bare_file", "bare_otlp"):
         tracer, tree = provider.get_tracer("bench"), bare_tree
+        if mode == "bare_file":
+            from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+
+            exporter = FileSpanExporter(Path(tmp, "traces.jsonl"))
+        elif mode == "bare_otlp":
+            exporter = ProtobufEncoding()
+    elif mode == "bare_hist":
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        collector = Collector(reader)
+        record = hand_histograms(meters)
+        tracer = provider.get_tracer("bench")
+
+        def tree(t) -> None:
+            timed_bare_tree(t, record)
     else:
         reader = InMemoryMetricReader()
         meters = MeterProvider(metric_readers=[reader])
@@ -116,9 +230,8 @@ def _run_one(mode: str, n: int) -> None:
         tree = tokens_tree if mode in ("tokens", "genai") else rollout_tree
         tracer = RolloutTracer(provider, processor=processor)
     # A long delay: the export thread wakes only when a batch of 512 spans is ready.
-    provider.add_span_processor(
-        BatchSpanProcessor(NullExporter(), schedule_delay_millis=600_000, max_queue_size=1 << 20)
-    )
+    batch = BatchSpanProcessor(exporter, schedule_delay_millis=600_000, max_queue_size=1 << 20)
+    provider.add_span_processor(batch)
     for i in range(20 + n):
         tree(tracer)
         if collector is not None and (i + 1) % COLLECT_EVERY == 0:
@@ -126,6 +239,25 @@ def _run_one(mode: str, n: int) -> None:
     if collector is not None:
         collector.collect()
         collector.stop()
+    batch.force_flush()  # every span encoded (the file modes write them all)
+
+
+class ProtobufEncoding:
+    """What the official OTLP gRPC and HTTP exporters do to a batch before sending it:
+    ``encode_spans`` to the protobuf request, serialised (no network here)."""
+
+    def export(self, spans):
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        encode_spans(spans).SerializeToString()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
 
 
 def _count(mode: str, n: int) -> tuple[int, int]:
@@ -148,7 +280,16 @@ def _count(mode: str, n: int) -> tuple[int, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trajectories", type=int, default=200)
+    parser.add_argument(
+        "--trajectories", type=int, default=200, help="trajectories counted per run (default 200)"
+    )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=list(MODES),
+        default=list(MODES),
+        help="the modes to count (default: all)",
+    )
     parser.add_argument("--one", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -160,20 +301,26 @@ def main() -> int:
     n = args.trajectories
     agent: dict[str, float] = {}
     process: dict[str, float] = {}
-    for m in MODES:
+    for m in args.modes:
         (a1, p1), (a0, p0) = _count(m, n), _count(m, 0)
         agent[m], process[m] = (a1 - a0) / n, (p1 - p0) / n
-    hist = (process["ours"] - process["nometrics"]) / 7
     print(f"{'per 10-turn trajectory, M instructions':<48}  agent thread   process")
-    for m, label in MODES.items():
-        print(f"{label:<48}: {agent[m] / 1e6:9.2f}  {process[m] / 1e6:9.2f}")
-    for label, key in (("ratio otel-rollout / bare SDK", "ours"),
-                       ("ratio without histograms / bare SDK", "nometrics")):  # fmt: skip
-        ratios = agent[key] / agent["bare"], process[key] / process["bare"]
-        print(f"{label:<48}: {ratios[0]:9.3f}  {ratios[1]:9.3f}")
-    print(f"{'per histogram record (7 per trajectory)':<48}: {hist / 1e3:9.1f} k instructions")
-    share = (process["genai"] - process["tokens"]) / (process["tokens"] - process["bare"])
-    print(f"{'GenAI client metrics / otel-rollout overhead':<48}: {share:9.3f}")
+    for m in args.modes:
+        print(f"{MODES[m]:<48}: {agent[m] / 1e6:9.2f}  {process[m] / 1e6:9.2f}")
+    for label, num, den in RATIOS:
+        if num in agent and den in agent:
+            ratios = agent[num] / agent[den], process[num] / process[den]
+            print(f"{label:<48}: {ratios[0]:9.3f}  {ratios[1]:9.3f}")
+    if {"ours", "nometrics"} <= set(agent):
+        hist = (process["ours"] - process["nometrics"]) / 7
+        print(f"{'per histogram record (7 per trajectory)':<48}: {hist / 1e3:9.1f} k instructions")
+    if {"genai", "tokens", "bare"} <= set(agent):
+        share = (process["genai"] - process["tokens"]) / (process["tokens"] - process["bare"])
+        print(f"{'GenAI client metrics / otel-rollout overhead':<48}: {share:9.3f}")
+    if {"bare_otlp", "bare"} <= set(agent):
+        spans = 2 + 2 * 10 + 1
+        per_span = (process["bare_otlp"] - process["bare"]) / spans
+        print(f"{'official OTLP protobuf encoding, per span':<48}: {per_span / 1e3:9.1f} k")
     return 0
 
 

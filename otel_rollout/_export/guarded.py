@@ -141,6 +141,13 @@ class _CountingBatchProcessor(SpanProcessor):
                           f"using a batch size of {batch_size}", stacklevel=4)  # fmt: skip
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
                                              max_export_batch_size=batch_size)  # fmt: skip
+        # An exporter that takes compact records of spans (the trace file: see
+        # otlp_json.compact_span) has them queued instead: a queue the collector skips.
+        inner = getattr(exporter, "_inner", exporter)
+        self._compact = getattr(inner, "compact", None)
+        self._emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)
+        if self._emit is None:  # an SDK without it: spans are queued as they are
+            self._compact = None
         # The SDK's force_flush exports the whole queue in the caller's thread, whatever
         # its timeout: run on a thread of its own, the caller waits at most the timeout.
         self._flush_queue = BoundedCall(lambda _: self._batch.force_flush(), "otel-rollout-flush")
@@ -212,6 +219,11 @@ class _CountingBatchProcessor(SpanProcessor):
         if full:
             self._dropped_full(1)
             return
+        if self._compact is not None:  # queued as plain values (the trace file)
+            record = self._compact(span)
+            if record is not span:
+                self._emit(record)
+                return
         self._batch.on_end(span)
 
     def _dropped_closed(self, n: int) -> bool:

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_rollout import attributes as A
-from otel_rollout._export.otlp_json import dumps_line, encode_spans_line
+from otel_rollout._export.otlp_json import compact_span, dumps_line, encode_spans_line, source_of
 
 _log = logging.getLogger("otel_rollout.export")
 
@@ -136,6 +136,9 @@ class RotatingTraceFile(SpanExporter):
         """The file being written."""
         return self.paths[-1] if self.paths else self._first
 
+    #: Its export queue may hold compact records of spans instead (see ``guarded``).
+    compact = staticmethod(compact_span)
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             data = encode_spans_line(spans)
@@ -150,7 +153,7 @@ class RotatingTraceFile(SpanExporter):
                 self._write_losses_if_changed()
                 return SpanExportResult.SUCCESS
             if not self._resource and spans:
-                self._resource = dict(spans[0].resource.attributes)
+                self._resource = dict(source_of(spans[0])[0].attributes)
             try:
                 if self._rotate_if_due(len(data)):
                     self._write_losses_if_changed(new_file=True)

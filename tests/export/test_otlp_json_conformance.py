@@ -28,7 +28,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.span import TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_rollout._export.otlp_json import encode_spans_line
+from otel_rollout._export.otlp_json import compact_span, encode_spans_line
 from otel_rollout._processing.tailkeep import _as_sampled
 
 _ODD = ["\ud800", "\udfff", "\udbff\udc00", "é", "日本", "\x00", '"', "\\", "\u2028", "😀"]
@@ -197,3 +197,28 @@ def test_non_ascii_text_is_written_as_utf8_and_a_lone_surrogate_escaped():
         ],
     )
     assert "日本".encode() in encode_spans_line(plain)  # UTF-8, not escaped
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_compact_records_encode_as_their_spans(batch):
+    # what the trace file's queue holds instead of spans (see compact_span)
+    spans = _make(*batch)
+    records = [compact_span(s) for s in spans]
+    assert all(type(r) is tuple for r in records)
+    assert _ours(records) == _official(spans)
+
+
+def test_the_garbage_collector_stops_tracking_a_compact_record():
+    import gc
+
+    (span,) = _make([({"k": "v"}, "")], [("s", None, None)], [{
+        "name": "n", "kind": SpanKind.INTERNAL, "attributes": {"a": 1, "b": ("x", "y")},
+        "parent": None, "events": [], "links": [], "status": StatusCode.ERROR,
+        "description": "d", "start": 1, "length": 1, "tracer": 0}])  # fmt: skip
+    record = compact_span(span)
+    gc.collect()
+    assert gc.is_tracked(span)
+    for _ in range(3):  # each collection untracks one more level of nested tuples
+        gc.collect()
+    assert not gc.is_tracked(record)
