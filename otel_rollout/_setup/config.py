@@ -181,6 +181,7 @@ def _build(settings: Settings, *, on_breakdown: Callable[[Any], Any] | None,
                       collector, processor,
                       pipeline.trace_file, settings=settings, summary_stream=summary_stream,
                       _summary=summary, _export=pipeline.batch_processors,
+                      _trace_writer=pipeline.trace_writer,
                       _closers=closers)  # fmt: skip
     register_for_exit(rollout)  # a no-op at exit if the user already shut it down
     return rollout

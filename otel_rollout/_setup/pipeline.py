@@ -132,6 +132,8 @@ class TracePipeline:
         self.resource = resource  # the spans' resource: a trace file's loss records carry it
         self.batch_processors: list[Any] = []  # each has ``.stats``
         self.trace_file: Path | None = None
+        #: the trace file's writer: a forked child's summary names the file it writes
+        self.trace_writer: Any = None
         #: answers the running trajectories, for the in-flight record (set by configure())
         self.in_flight: Any = None
         #: answers the running trajectories, for the in-flight record (set by configure())
@@ -196,6 +198,7 @@ class TracePipeline:
             max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
             exporter = RotatingTraceFile(path, max_bytes=max_bytes,
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
+            self.trace_writer = exporter
             exporter = self._with_in_flight(exporter)
             exporter = self._with_in_flight(exporter)
             processor = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)

@@ -137,6 +137,7 @@ class Rollout:
     _shutdown_worker: threading.Thread | standby.Job | None = field(default=None, repr=False)
     _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _flush: BoundedCall | None = field(default=None, repr=False)
+    _trace_writer: Any = field(default=None, repr=False)
 
     @property
     def export_stats(self) -> ExportStats:
@@ -241,7 +242,8 @@ class Rollout:
         if stats.trajectories_evicted:
             print(f"  {_evicted_line(self.processor)}", file=out)
         if self.trace_file is not None:
-            f = self.trace_file
+            written = getattr(self._trace_writer, "paths", None)
+            f = written[0] if written else self.trace_file  # a forked child: its own file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
             shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
             print(f"  traces: {printable_for(out, str(shown))}", file=out)

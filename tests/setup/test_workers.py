@@ -70,3 +70,6 @@ def test_what_workers_traced_reaches_their_trace_files(tmp_path, method, how):
     expected = 600 + (method == "fork")  # and the parent's own
     assert len(ids) == expected, (len(ids), done.stderr[-2000:])
     assert res.losses == {}
+    # each process's summary names the file it wrote (a worker's, not its parent's)
+    shown = {line.split("traces: ")[1] for line in done.stderr.splitlines() if "  traces: " in line}
+    assert shown == {str(f) for f in out.glob("traces-*.jsonl")}
