@@ -7,9 +7,11 @@ tests answering after ``--generate-ms`` and a function tool taking ``--tool-ms``
 by default, so the loop's own work is all there is to time). Rounds alternate between
 uninstrumented and instrumented (an in-memory pipeline: the breakdown processor, the
 histograms and an in-memory span exporter), ``--rounds`` of each after one warm-up of
-each. Prints the median wall time of a step per case, the ratio, and the difference
-per trajectory and per turn: with zero latencies the wall time is the loop's CPU time,
-so the difference is what the instrumentation costs the trainer's event loop.
+each. Prints, for the process's CPU time (all its threads: steadier than wall time on a
+shared machine) and for wall time, the median step of each case, their ratio, and the
+median of the paired differences (each instrumented step against the uninstrumented
+one before it) per step, per trajectory and per turn: what the instrumentation costs
+the trainer's process.
 
     PYTHONPATH=.:tests/_support /work/venvs/verl-<hash>/bin/python benchmarks/verl_overhead.py
 
@@ -57,15 +59,15 @@ def main() -> None:
     worker = AgentLoopWorker(config, client)
     turns = [args.turns] * args.samples
 
-    def step() -> float:
+    def step() -> tuple[float, float]:
         data = _verl.prompts(turns)
         gc.collect()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         asyncio.run(worker.generate_sequences(data))
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     env = make_test_env()
-    times: dict[str, list[float]] = {"off": [], "on": []}
+    times: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
     instrumentor = VerlInstrumentor()
     for i in range(args.rounds + 1):
         for case in ("off", "on"):
@@ -80,16 +82,24 @@ def main() -> None:
                     env.collector.drain()
             if i > 0:  # the first round of each case warms caches up
                 times[case].append(took)
-    off, on = statistics.median(times["off"]), statistics.median(times["on"])
-    per_traj = (on - off) / args.samples
-    print(f"verl 0.9.1 agent loop: {args.samples} samples x {args.turns} turns, "
-          f"generate {args.generate_ms:g} ms, tool {args.tool_ms:g} ms, "
-          f"{args.rounds} rounds")  # fmt: skip
-    print(f"  uninstrumented step  {off * 1e3:9.2f} ms (median)")
-    print(f"  instrumented step    {on * 1e3:9.2f} ms (median)")
-    print(f"  ratio                {on / off:9.3f}")
-    print(f"  per trajectory       {per_traj * 1e6:9.1f} us")
-    print(f"  per turn             {per_traj / args.turns * 1e6:9.1f} us")
+    print(
+        f"verl 0.9.1 agent loop: {args.samples} samples x {args.turns} turns, "
+        f"generate {args.generate_ms:g} ms, tool {args.tool_ms:g} ms, {args.rounds} rounds"
+    )
+    for k, label in ((1, "CPU time (process)"), (0, "wall time")):
+        off = statistics.median(t[k] for t in times["off"])
+        on = statistics.median(t[k] for t in times["on"])
+        # each instrumented step against the uninstrumented one just before it
+        diff = statistics.median(
+            b[k] - a[k] for a, b in zip(times["off"], times["on"], strict=True)
+        )
+        per_traj = diff / args.samples
+        print(f"  {label}, medians of a step")
+        print(f"    uninstrumented     {off * 1e3:9.2f} ms")
+        print(f"    instrumented       {on * 1e3:9.2f} ms   ratio {on / off:.3f}")
+        print(f"    paired difference  {diff * 1e3:9.2f} ms")
+        print(f"    per trajectory     {per_traj * 1e6:9.1f} us")
+        print(f"    per turn           {per_traj / args.turns * 1e6:9.1f} us")
     env.shutdown()
 
 
