@@ -4,8 +4,9 @@ verl (0.9.1).
     from otel_rollout.integrations.verl import VerlInstrumentor
     VerlInstrumentor().instrument()
 
-Each ``AgentLoopWorker._run_agent_loop`` call (one sample of ``ToolAgentLoop`` or
-``SingleTurnAgentLoop``, or any registered agent loop) is a trajectory root: id
+Each sample ``AgentLoopWorker._run_agent_loop`` runs (``ToolAgentLoop``,
+``SingleTurnAgentLoop`` or any registered agent loop) is a trajectory root, around the
+``rollout_trace_attr`` block that holds its whole body: id
 ``<dataset index>_<rollout n>``, env class ``data_source`` (else the agent name),
 ``gen_ai.agent.name`` the agent name, model ``actor_rollout_ref.model.path``, reward
 and turns from its output. Phases are timed where verl times them, by ``simple_timer``
@@ -27,9 +28,12 @@ otel-rollout and :func:`instrument_worker`, chained after it, instruments verl::
 
     ray.init(runtime_env=otel_rollout.integrations.ray.runtime_env(
         {"worker_process_setup_hook": "otel_rollout.integrations.verl.instrument_worker"}
-    )) The step's summary keys join verl's ``meta_info["timing"]`` as
-``rollout/*`` (``add_timing=False`` leaves it alone). ``uninstrument()`` restores
-every function it wrapped.
+    ))
+
+Ray actors run copies of their class's methods, so no ``AgentLoopWorker`` method is
+wrapped: what those methods look up when they run is (see ``_samples``). The step's
+summary keys join verl's ``meta_info["timing"]`` as ``rollout/*`` (``add_timing=False``
+leaves it alone). ``uninstrument()`` restores every function it wrapped.
 
 Modules: ``_state`` (the sample's trajectory and its open phases), ``_calls`` (what
 is read from verl's arguments and outputs), ``_timers`` (verl's timers, ours around
