@@ -21,4 +21,5 @@ export OTEL_ROLLOUT_VLLM_MODEL=$model VLLM_CPU_KVCACHE_SPACE=1
 # The real-vLLM tests (in-process engine, server, demo), the integration's tests against
 # vLLM's own classes, and the n > 1 split.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/system/test_vllm_real.py \
-  tests/integrations/test_vllm.py tests/accounting/test_engine_union.py
+  tests/integrations/test_vllm.py tests/integrations/test_vllm_startup.py \
+  tests/accounting/test_engine_union.py
