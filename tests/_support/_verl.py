@@ -25,6 +25,13 @@ from _skyrl import tiny_tokenizer
 
 TOOL_NAME = "wait_tool"
 FINAL_ANSWER = "#### 42"
+#: Called (with no argument) each time the tool has waited: a test's manual clock.
+TOOL_HOOKS: list[Any] = []
+
+
+def tool_ran() -> None:
+    for hook in TOOL_HOOKS:
+        hook()
 
 
 def build_model_dir(root: Path) -> Path:
@@ -56,6 +63,7 @@ def write_tool(root: Path, tool_s: float) -> Path:
             f'''
             import time
 
+            import _verl
             from verl.tools.function_tool import function_tool
 
 
@@ -67,6 +75,7 @@ def write_tool(root: Path, tool_s: float) -> Path:
                     seconds: ignored; the tool always takes its fixed latency.
                 """
                 time.sleep({tool_s!r})
+                _verl.tool_ran()
                 return "waited"
             '''
         )
@@ -102,11 +111,12 @@ def ppo_config(model_dir: Path, tool_path: Path, *, num_workers: int = 1, extra=
 class StandInServer:
     """A server replica: each ``generate`` sleeps ``generate_s``, then answers."""
 
-    def __init__(self, model_dir: str, generate_s: float) -> None:
+    def __init__(self, model_dir: str, generate_s: float, on_generate: Any = None) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.generate_s = generate_s
+        self.on_generate = on_generate  # called once a generate has waited
         self.calls = 0
 
     async def generate(
@@ -116,6 +126,8 @@ class StandInServer:
 
         self.calls += 1
         await asyncio.sleep(self.generate_s)
+        if self.on_generate is not None:
+            self.on_generate()
         text = self.tokenizer.decode(prompt_ids)
         wanted = int(re.search(r"turns=(\d+)", text).group(1))
         parallel = re.search(r"parallel=(\d+)", text)
@@ -156,13 +168,13 @@ class LocalHandle:
         return _Method(getattr(self._obj, name))
 
 
-def local_client(config: Any, model_dir: Path, generate_s: float) -> Any:
+def local_client(config: Any, model_dir: Path, generate_s: float, on_generate: Any = None) -> Any:
     """verl's ``LLMServerClient`` and ``GlobalRequestLoadBalancer``, in this process,
     over one stand-in replica."""
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
-    server = LocalHandle(StandInServer(str(model_dir), generate_s))
+    server = LocalHandle(StandInServer(str(model_dir), generate_s, on_generate))
     balancer = LocalHandle(GlobalRequestLoadBalancer(servers={"replica-0": server}))
     return LLMServerClient(config, load_balancer_handle=balancer)
 

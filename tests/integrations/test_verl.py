@@ -70,11 +70,11 @@ def instrumented(setup):
 
     envs = []
 
-    def make():
+    def make(**options):
         if envs:
             VerlInstrumentor().uninstrument()
             envs[-1].shutdown()
-        env = make_test_env()
+        env = make_test_env(**options)
         VerlInstrumentor().instrument(rollout_tracer=env.tracer)
         envs.append(env)
         return env
@@ -150,6 +150,35 @@ def test_per_trajectory_parity_with_verls_timers(setup, instrumented):
         assert b.env_setup == b.env_teardown == 0.0  # verl has no env lifecycle
         assert b.status == A.STATUS_OK and b.env_class == "timed_tools"
         assert b.model == str(setup["model"])
+
+
+def test_exact_nanoseconds_with_a_manual_clock(setup, instrumented):
+    """Our spans on a manual clock that only the replica (25 ms a generate) and the tool
+    (20 ms a call) move, one sample at a time: every band is exact in ns, so the phases
+    start and end exactly around verl's awaits and nothing else is counted."""
+    import _verl
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    from otel_rollout.testing import ManualClock
+
+    clock = ManualClock()
+    env = instrumented(clock=clock)
+    config = setup["config"]
+    client = _verl.local_client(config, setup["model"], 0.0, lambda: clock.advance(ms=25))
+    worker = AgentLoopWorker(config, client)
+    _verl.TOOL_HOOKS.append(lambda: clock.advance(ms=20))
+    try:
+        for turns in (1, 3, 10):
+            asyncio.run(worker.generate_sequences(_verl.prompts([turns])))
+    finally:
+        _verl.TOOL_HOOKS.clear()
+    got = [(b.nanos["llm"], b.nanos["env"], b.nanos["other"], b.nanos["e2e"], b.turns)
+           for b in env.breakdowns]  # fmt: skip
+    ms = 1_000_000
+    assert got == [
+        (25 * ms * t, 20 * ms * (t - 1), 0, (25 * t + 20 * (t - 1)) * ms, t) for t in (1, 3, 10)
+    ]
+    assert all(b.env_queue == 0.0 for b in env.breakdowns)  # the clock stood still there
 
 
 def test_spans_roots_and_attributes(setup, instrumented):
