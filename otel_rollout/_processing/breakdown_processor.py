@@ -34,6 +34,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
+#: Trajectories evicted for their age by one trajectory start, at most.
+_AGE_EVICTIONS = 64
 #: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
 SCOPE_NAME = "otel_rollout"
 
@@ -366,12 +368,16 @@ class BreakdownProcessor(SpanProcessor):
             traj.open_ids = set()
 
     def _evict_locked(self, now_ns: int) -> None:
+        # Too old: at most _AGE_EVICTIONS per start, so that a day's worth of leaked
+        # handles all turning 24 h old never holds the lock long (the next starts go on).
+        aged = 0
         while self._trajs:
             oldest = next(iter(self._trajs.values()))
             if len(self._trajs) >= self._max_in_flight:
                 reason = "max_in_flight"
-            elif now_ns - oldest.start_ns > self._max_age_ns:
+            elif aged < _AGE_EVICTIONS and now_ns - oldest.start_ns > self._max_age_ns:
                 reason = "max_age"
+                aged += 1
             else:
                 return
             self._remove_locked(oldest)

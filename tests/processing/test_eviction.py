@@ -88,3 +88,20 @@ def test_evictions_are_counted_in_export_stats_the_log_and_the_summary(
     assert "16 trajectories evicted before their root ended (16 max_in_flight)" in text
     assert any("16 trajectories evicted" in r.getMessage() for r in caplog.records)
     del kept
+
+
+def test_eviction_for_age_is_spread_over_the_next_starts():
+    processor = BreakdownProcessor(max_in_flight=10_000, max_age_s=1.0, record_metrics=False)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    kept = [tracer.start_span("trajectory", attributes={A.TRAJECTORY_ID: f"t{i}"},
+                              start_time=1) for i in range(1000)]  # fmt: skip
+    late = 2 * 10**9  # all 1,000 are now past the age limit
+    kept.append(tracer.start_span("trajectory", attributes={A.TRAJECTORY_ID: "late"},
+                                  start_time=late))  # fmt: skip
+    assert processor.evicted == 64  # not 1,000 under the lock at once
+    for i in range(15):
+        kept.append(tracer.start_span("trajectory", attributes={A.TRAJECTORY_ID: f"l{i}"},
+                                      start_time=late))  # fmt: skip
+    assert processor.evicted == 1000 and processor.evicted_by_reason == {"max_age": 1000}
