@@ -142,7 +142,7 @@ class _CountingBatchProcessor(SpanProcessor):
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
                                              max_export_batch_size=batch_size)  # fmt: skip
         # An exporter that takes compact records of spans (the trace file: see
-        # otlp_json.compact_span) has them queued instead: a queue the collector skips.
+        # otlp_compact.compact_span) has them queued instead: a queue the collector skips.
         inner = getattr(exporter, "_inner", exporter)
         self._compact = getattr(inner, "compact", None)
         self._emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -288,173 +287,6 @@ def _encode_public(span: ReadableSpan) -> dict[str, Any]:
     return out
 
 
-#: Resources and scopes of compact records (:func:`compact_span`), by index; kept alive
-#: here, so their ids stay theirs. A process has a handful; past the bound, spans stay
-#: spans.
-_SOURCES: list[tuple[Any, Any]] = []
-_SOURCE_INDEX: dict[tuple[int, int], int] = {}
-_SOURCES_LOCK = threading.Lock()
-MAX_SOURCES = 256
-
-
-def _source_index(resource: Any, scope: Any) -> int | None:
-    with _SOURCES_LOCK:
-        key = (id(resource), id(scope))
-        i = _SOURCE_INDEX.get(key)
-        if i is None and len(_SOURCES) < MAX_SOURCES:
-            i = _SOURCE_INDEX[key] = len(_SOURCES)
-            _SOURCES.append((resource, scope))
-        return i
-
-
-def _compact_attrs(attrs: Any) -> tuple[Any, int] | None:
-    # pairs, not the dict: the collector never stops tracking a tuple that holds a dict
-    if type(attrs) is BoundedAttributes:
-        return tuple(attrs._dict.items()), attrs.dropped
-    if attrs is None:
-        return (), 0
-    return None if not isinstance(attrs, dict) else (tuple(attrs.items()), 0)
-
-
-def compact_span(span: ReadableSpan) -> Any:
-    """An ended span as a tuple of plain values (ints, strings, its attribute dict...),
-    which :func:`encode_spans_line` encodes as it would the span; the span itself when it
-    is of another kind.
-
-    A queue of a hundred thousand spans (the trace file's burst room, filled while a disk
-    does not answer) is millions of objects the garbage collector walks at each full
-    collection, stopping the agent loop for hundreds of milliseconds; these tuples hold
-    nothing it needs to track, so it stops tracking them after their first collection."""
-    cls = type(span)
-    fast = _FAST.get(cls)
-    if fast is None:
-        fast = _FAST[cls] = _reads_fields(cls)
-    if not fast:
-        return span
-    key = (id(span._resource), id(span._instrumentation_scope))
-    source = _SOURCE_INDEX.get(key)
-    if source is None:
-        source = _source_index(span._resource, span._instrumentation_scope)
-        if source is None:
-            return span
-    attrs = _compact_attrs(span._attributes)
-    if attrs is None:
-        return span
-    trace_id, span_id, _, _, state, _ = span._context
-    parent = span._parent
-    events = span._events
-    links = span._links
-    if type(events) is not BoundedList or type(links) is not BoundedList:
-        return span
-    status = span._status
-    return (
-        source,
-        trace_id,
-        span_id,
-        ",".join([f"{k}={v}" for k, v in state.items()])
-        if state is not DEFAULT_TRACE_STATE and state
-        else "",
-        None if parent is None else parent[1],
-        parent is not None and parent[2],
-        span._name,
-        span._kind._value_ + 1,
-        span._start_time,
-        span._end_time,
-        attrs[0],
-        attrs[1],
-        tuple(_compact_event(e) for e in events._dq) if events._dq else (),
-        events.dropped,
-        tuple(_compact_link(x) for x in links._dq) if links._dq else (),
-        links.dropped,
-        status.status_code._value_,
-        status.description,
-    )
-
-
-def _compact_event(event: Any) -> tuple[Any, ...]:
-    attrs = event.attributes
-    return (event.name, event.timestamp, tuple(attrs.items()) if attrs else None,
-            event.dropped_attributes)  # fmt: skip
-
-
-def _compact_link(link: Any) -> tuple[Any, ...]:
-    ctx = link.context
-    attrs = link.attributes
-    return (ctx.trace_id, ctx.span_id, ctx.is_remote, tuple(attrs.items()) if attrs else None,
-            link.dropped_attributes)  # fmt: skip
-
-
-def source_of(record: Any) -> tuple[Any, Any]:
-    """(resource, instrumentation scope) of a span or of its compact record."""
-    if type(record) is tuple:
-        return _SOURCES[record[0]]
-    return record.resource, record.instrumentation_scope or None
-
-
-def _encode_compact(r: tuple[Any, ...]) -> dict[str, Any]:
-    """:func:`encode_span` of a :func:`compact_span` record."""
-    (_, trace_id, span_id, state, parent, remote, name, kind, start, end, attrs,
-     dropped_attrs, events, dropped_events, links, dropped_links, code, message) = r  # fmt: skip
-    out: dict[str, Any] = {"traceId": format(trace_id, "032x"), "spanId": format(span_id, "016x")}
-    if state:
-        out["traceState"] = state
-    if parent is not None:
-        out["parentSpanId"] = format(parent, "016x")
-        out["flags"] = _IS_REMOTE if remote else _HAS_IS_REMOTE
-    else:
-        out["flags"] = _HAS_IS_REMOTE
-    if name:
-        out["name"] = name
-    out["kind"] = kind
-    if start:
-        out["startTimeUnixNano"] = str(start)
-    if end:
-        out["endTimeUnixNano"] = str(end)
-    if attrs:
-        out["attributes"] = _attributes(attrs)
-    if dropped_attrs:
-        out["droppedAttributesCount"] = dropped_attrs
-    if events:
-        out["events"] = [_event_dict(*e) for e in events]
-    if dropped_events:
-        out["droppedEventsCount"] = dropped_events
-    if links:
-        out["links"] = [_link_dict(*x) for x in links]
-    if dropped_links:
-        out["droppedLinksCount"] = dropped_links
-    st: dict[str, Any] = {}
-    if message:
-        st["message"] = message
-    if code:
-        st["code"] = code
-    out["status"] = st
-    return out
-
-
-def _event_dict(name: str, ts: int, attrs: Any, dropped: int) -> dict[str, Any]:
-    e: dict[str, Any] = {}
-    if ts:
-        e["timeUnixNano"] = str(ts)
-    if name:
-        e["name"] = name
-    if attrs:
-        e["attributes"] = _attributes(attrs)
-    if dropped:
-        e["droppedAttributesCount"] = dropped
-    return e
-
-
-def _link_dict(trace_id: int, span_id: int, remote: bool, attrs: Any,
-               dropped: int) -> dict[str, Any]:  # fmt: skip
-    e: dict[str, Any] = {"traceId": format(trace_id, "032x"), "spanId": format(span_id, "016x")}
-    if attrs:
-        e["attributes"] = _attributes(attrs)
-    if dropped:
-        e["droppedAttributesCount"] = dropped
-    e["flags"] = _IS_REMOTE if remote else _HAS_IS_REMOTE
-    return e
-
-
 def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
     """``spans`` as one ``ExportTraceServiceRequest`` JSON line (ending in a newline),
     grouped by resource, then by instrumentation scope (equal ones together, as the
@@ -472,10 +304,11 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
     scope_firsts: list[Any] = []
     last_res = last_scope = _UNSET
     current: list[Any] = []
+    compact: Any = None
     for span in spans:
-        if type(span) is tuple:  # a compact record
-            res, scope = _SOURCES[span[0]]
-            scope = scope or None
+        if type(span) is tuple:  # a compact record (otlp_compact)
+            compact = compact or _compact()
+            res, scope = compact.source_of(span)
         else:
             res = span.resource
             scope = span.instrumentation_scope or None
@@ -490,7 +323,7 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
                 hit = entry[1][scope_key] = (scope, [])
             current = hit[1]
             last_res, last_scope = res, scope
-        current.append(_encode_compact(span) if type(span) is tuple else encode_span(span))
+        current.append(compact.encode(span) if type(span) is tuple else encode_span(span))
         if len(current) >= _CHUNK and type(current[-_CHUNK]) is dict:
             chunk = current[-_CHUNK:]
             del current[-_CHUNK:]
@@ -513,6 +346,12 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
         out.append(b"]}")
     out.append(b"]}\n")
     return b"".join(out)
+
+
+def _compact() -> Any:
+    from otel_rollout._export import otlp_compact
+
+    return otlp_compact
 
 
 def _as_bytes(encoded: list[Any]) -> list[bytes]:
@@ -551,10 +390,4 @@ def dumps_line(doc: Mapping[str, Any]) -> bytes:
     return _dumps(doc) + b"\n"
 
 
-__all__ = [
-    "compact_span",
-    "dumps_line",
-    "encode_span",
-    "encode_spans_line",
-    "source_of",
-]
+__all__ = ["dumps_line", "encode_span", "encode_spans_line"]

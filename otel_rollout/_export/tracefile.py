@@ -36,7 +36,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_rollout import attributes as A
-from otel_rollout._export.otlp_json import compact_span, dumps_line, encode_spans_line, source_of
+from otel_rollout._export.otlp_compact import compact_span, source_of
+from otel_rollout._export.otlp_json import dumps_line, encode_spans_line
 
 _log = logging.getLogger("otel_rollout.export")
 
