@@ -9,6 +9,7 @@ from a finalizer. vLLM does not need it current; the ``traceparent`` carries it.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
@@ -46,6 +47,35 @@ logger = logging.getLogger("otel_rollout.integrations.vllm")
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "otel_rollout_vllm_inside", default=False
 )
+
+
+#: How long, and how often, a FINAL_ONLY call with n > 1 looks for its samples' stats in
+#: the engine while the request runs (found within milliseconds of the request's start).
+_WATCH_S = 5.0
+_WATCH_EVERY_S = 0.001
+
+
+async def _watch_samples(engine: Any, usage: Usage) -> None:
+    """``FINAL_ONLY`` with ``n > 1``: the one output arrives once every sample has finished
+    and the engine has dropped their state, so the samples' stats are picked up while the
+    request runs (:func:`live_sample_stats`)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + _WATCH_S
+    while not usage.samples and loop.time() < end:
+        try:
+            found = live_sample_stats(engine, usage.request_id)
+        except Exception as err:  # another engine's shape: the outputs' stats stay
+            internal_error("vllm samples", err)
+            return
+        if found:
+            usage.adopt(found)
+            return
+        await asyncio.sleep(_WATCH_EVERY_S)
+
+
+def _final_only(sampling_params: Any) -> bool:
+    kind = getattr(sampling_params, "output_kind", None)
+    return getattr(kind, "name", None) == "FINAL_ONLY"
 
 
 class Options:
@@ -153,7 +183,15 @@ async def _stream(
         internal_error("vllm generate start", err)
     inner: Any = None
     closed_early = False
+    watch: asyncio.Task | None = None
     try:
+        if (
+            usage is not None
+            and usage.n > 1
+            and _final_only(shape.get("sampling_params", args, kwargs))
+            and hasattr(engine, "output_processor")
+        ):
+            watch = asyncio.ensure_future(_watch_samples(engine, usage))
         token = _INSIDE.set(True)
         try:
             inner = call(*args, **kwargs)
@@ -184,6 +222,8 @@ async def _stream(
             gen.record_error(exc)
         raise
     finally:
+        if watch is not None:
+            watch.cancel()
         if gen is not None and usage is not None:
             try:
                 usage.record(gen)
