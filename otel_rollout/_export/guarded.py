@@ -38,6 +38,12 @@ from otel_rollout._export.release import KeptRelease
 
 _log = logging.getLogger("otel_rollout.export")
 
+#: Spans waiting in the queue beyond which an exporter taking compact records (the trace
+#: file) gets those instead of spans: a record costs the agent thread a little to make,
+#: and spares the garbage collector a queue of span objects; below this the queue is
+#: too short for its collections to matter.
+COMPACT_ABOVE = 2048
+
 #: How long ``shutdown()`` of the batch processor spends exporting held kept traces at
 #: most (``Rollout.shutdown(timeout_s)`` bounds it further).
 SHUTDOWN_DRAIN_S = 30.0
@@ -142,7 +148,7 @@ class _CountingBatchProcessor(SpanProcessor):
             self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
                                              max_export_batch_size=batch_size)  # fmt: skip
         # An exporter that takes compact records of spans (the trace file: see
-        # otlp_compact.compact_span) has them queued instead: a queue the collector skips.
+        # otlp_compact.compact_span) has them queued instead once the queue is long.
         inner = getattr(exporter, "_inner", exporter)
         self._compact = getattr(inner, "compact", None)
         self._emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)
@@ -213,13 +219,14 @@ class _CountingBatchProcessor(SpanProcessor):
             return
         c = self._counts
         with c.lock:
-            full = c.stats.pending >= limit
+            pending = c.stats.pending
+            full = pending >= limit
             if not full:
                 c.stats.pending += 1
         if full:
             self._dropped_full(1)
             return
-        if self._compact is not None:  # queued as plain values (the trace file)
+        if self._compact is not None and pending >= COMPACT_ABOVE:  # see COMPACT_ABOVE
             record = self._compact(span)
             if record is not span:
                 self._emit(record)
