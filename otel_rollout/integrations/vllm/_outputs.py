@@ -81,8 +81,9 @@ class Usage:
         if texts is not None and self.prompt is None:
             self.prompt = getattr(out, "prompt", None)
         completions = getattr(out, "outputs", None) or ()
-        # one completion: the output came from that sample, and carries its stats; several
-        # (FINAL_ONLY, n > 1): one aggregated output with the last sample's stats only
+        # one completion: the output came from that sample and carries its stats; several:
+        # outputs merged while they waited for the consumer (or FINAL_ONLY's aggregate),
+        # carrying one of the samples' stats, not saying which
         if metrics is not None and len(completions) == 1:
             self.samples.setdefault(getattr(completions[0], "index", 0), metrics)
         for c in completions:
