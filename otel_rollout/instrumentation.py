@@ -15,28 +15,59 @@ be too. It gives:
 * :func:`internal_error` and :func:`warn_once`: an instrumentor's own failure is logged
   once per kind and never reaches the training run (re-raised under pytest);
 * :func:`engine_timings`: the engine's queue / prefill / decode split from an engine
-  span's attributes.
+  span's attributes;
+* :func:`phase_scope`: a phase span of any name in one of the bands (an instrumentor
+  timing where the trainer times, under the trainer's own span name);
+* :func:`attach_trajectory` / :func:`detach_trajectory`: make a trajectory current in a
+  context the instrumentor did not open it in (a callback of the trainer's);
+* :class:`QueuedCall`: a call handed to an executor, timed from its submission
+  (``env_queue``) to its start;
+* for the Ray integration: the settings a worker must resolve as the driver did
+  (:func:`forwarded_variables`, :func:`variable_for`, :data:`SETTINGS`, :data:`BY_NAME`),
+  :func:`ray_attributes` and :data:`DEFAULT_MAXLEN`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from types import ModuleType
 from typing import Any
 
+from opentelemetry import context as otel_context
+
+from otel_rollout._accounting.summary import DEFAULT_MAXLEN
 from otel_rollout._accounting.waits import engine_timings
 from otel_rollout._api.batch_span import (
+    RemoteBatch,
     attach_batch,
     batch_carrier,
     batch_from_carrier,
     detach_batch,
     step_span_batch,
 )
+from otel_rollout._api.context import QueuedCall
+from otel_rollout._api.phase_handles import Phase
+from otel_rollout._api.phase_scope import _CURRENT, _PhaseScope
 from otel_rollout._api.tracer import RolloutTracer, default_tracer
+from otel_rollout._api.trajectory import Trajectory
 from otel_rollout._base.errors import internal_error, warn_once
+from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
+from otel_rollout._setup.resource import ray_attributes
 
 __all__ = [
+    "BY_NAME",
+    "DEFAULT_MAXLEN",
+    "SETTINGS",
+    "QueuedCall",
+    "RemoteBatch",
     "attach_batch",
+    "attach_trajectory",
+    "detach_trajectory",
+    "forwarded_variables",
+    "phase_scope",
+    "ray_attributes",
+    "variable_for",
     "batch_carrier",
     "batch_from_carrier",
     "detach_batch",
@@ -74,3 +105,25 @@ def require(module: str, extra: str) -> ModuleType:
         raise ImportError(
             f"{module!r} is needed for this integration: pip install 'otel-rollout[{extra}]'"
         ) from err
+
+
+def phase_scope(traj: Trajectory, span_name: str, phase: str, **attributes: Any) -> _PhaseScope:
+    """A phase of ``traj`` in band ``phase`` (``llm``, ``env``...) whose span is called
+    ``span_name``: ``with``/``async with`` it, or ``.start()`` it, as the handle's own."""
+    return traj._scope(span_name, phase, attributes, Phase)
+
+
+def attach_trajectory(traj: Trajectory) -> tuple[object, object]:
+    """Make ``traj`` current here: its root the current span and
+    :func:`otel_rollout.current_trajectory` answering it; undo with
+    :func:`detach_trajectory`."""
+    return otel_context.attach(traj.context), _CURRENT.set(traj)
+
+
+def detach_trajectory(tokens: tuple[object, object]) -> None:
+    """Undo :func:`attach_trajectory` (a no-op for the trajectory part when this runs in
+    another context than the attach)."""
+    token, var = tokens
+    with contextlib.suppress(ValueError):
+        _CURRENT.reset(var)  # type: ignore[arg-type]
+    otel_context.detach(token)  # type: ignore[arg-type]

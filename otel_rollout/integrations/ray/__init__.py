@@ -31,7 +31,7 @@ imports it, so ``configure()`` can call it in any process.
 
 from __future__ import annotations
 
-from otel_rollout._setup.resource import ray_attributes as resource_attributes
+from otel_rollout.instrumentation import ray_attributes as resource_attributes
 from otel_rollout.integrations.ray._forward import (
     NEXT_HOOK_ENV,
     SETTING_VARS,

@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
-from otel_rollout._setup.rollout import get_rollout
+from otel_rollout import get_rollout
+from otel_rollout.instrumentation import BY_NAME, SETTINGS, forwarded_variables, variable_for
 from otel_rollout.integrations.ray._worker import NEXT_HOOK_ENV, SETUP_HOOK, setup_worker
 
 #: ``runtime_env(**settings)`` names and the variable each one becomes in the workers.

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._accounting.summary import DEFAULT_MAXLEN, BreakdownCollector
+from otel_rollout import Breakdown, BreakdownCollector
+from otel_rollout.instrumentation import DEFAULT_MAXLEN
 from otel_rollout.integrations import require
 from otel_rollout.integrations.ray._worker import drain, rollout
 

@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
-from otel_rollout._api.batch_span import (
+from otel_rollout.instrumentation import (
     attach_batch,
     batch_carrier,
     batch_from_carrier,

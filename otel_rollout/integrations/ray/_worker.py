@@ -8,9 +8,8 @@ import os
 import threading
 from typing import Any
 
-from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._setup.resource import ray_attributes
-from otel_rollout._setup.rollout import Rollout, get_rollout
+from otel_rollout import Breakdown, Rollout, get_rollout
+from otel_rollout.instrumentation import ray_attributes
 
 #: The string form of the setup hook, for ``runtime_env["worker_process_setup_hook"]``.
 SETUP_HOOK = "otel_rollout.integrations.ray.setup_worker"
@@ -37,7 +36,7 @@ def setup_worker() -> None:
     with _setup_lock:
         if _rollout is None:
             try:
-                from otel_rollout._setup.config import configure
+                from otel_rollout import configure
 
                 handle = get_rollout()
                 if handle is None:

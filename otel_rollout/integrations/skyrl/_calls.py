@@ -9,7 +9,7 @@ import inspect
 from typing import Any
 
 from otel_rollout import attributes as A
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 
 
 def trajectory_kwargs(args: tuple, kwargs: dict, sig: inspect.Signature | None) -> dict:

@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otel_rollout import attributes as A
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations.skyrl._calls import record_engine_output, request
 from otel_rollout.integrations.skyrl._patches import Patches
 from otel_rollout.integrations.skyrl._state import STATE

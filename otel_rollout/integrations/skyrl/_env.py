@@ -14,10 +14,9 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from otel_rollout import PhaseHandle as Phase
 from otel_rollout import attributes as A
-from otel_rollout._api.context import QueuedCall
-from otel_rollout._api.tracer import Phase
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import QueuedCall, internal_error
 from otel_rollout.integrations.skyrl._state import STATE, State
 
 _MARK = "_otel_rollout_wrapped"  # on an env whose methods are wrapped

@@ -8,7 +8,8 @@ import contextlib
 import contextvars
 from dataclasses import dataclass, field
 
-from otel_rollout._api.tracer import Phase, Trajectory
+from otel_rollout import PhaseHandle as Phase
+from otel_rollout import TrajectoryHandle as Trajectory
 
 #: The state of the ``agent_loop`` call this context runs in; None outside one.
 STATE: contextvars.ContextVar[State | None] = contextvars.ContextVar(

@@ -20,9 +20,9 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from otel_rollout import Generation
 from otel_rollout import attributes as A
-from otel_rollout._api.tracer import Generation
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations.verifiers._state import Rollouts, RolloutState, to_ns
 
 _W3C = TraceContextTextMapPropagator()  # what vLLM's server reads, whatever else is set

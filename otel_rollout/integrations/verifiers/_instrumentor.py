@@ -13,9 +13,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_rollout._api.batch_span import current_batch
-from otel_rollout._api.tracer import RolloutTracer
-from otel_rollout._base.errors import internal_error
+from otel_rollout import RolloutTracer, current_batch
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations import require
 from otel_rollout.integrations.skyrl._patches import Patches
 from otel_rollout.integrations.verifiers._calls import client_wrapper, record_call_wrapper

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations.verifiers._state import RolloutState, to_ns
 
 #: The ``Trace.timing`` stage a phase span stands for (``boot``, ``setup``, ``agent``...).

@@ -14,13 +14,15 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
-from opentelemetry import context as otel_context
-
+from otel_rollout import RolloutTracer
 from otel_rollout import attributes as A
-from otel_rollout._api.batch_span import attach_batch, step_span_batch
-from otel_rollout._api.phase_scope import _CURRENT
-from otel_rollout._api.tracer import RolloutTracer
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import (
+    attach_batch,
+    attach_trajectory,
+    detach_trajectory,
+    internal_error,
+    step_span_batch,
+)
 from otel_rollout.integrations.verifiers._phases import (
     HARNESS,
     STOP_CONDITION,
@@ -89,14 +91,11 @@ def begin(
 
 def make_current(state: RolloutState) -> tuple[Any, Any]:
     """Make the trajectory current (its root the current span); undo with :func:`leave`."""
-    return otel_context.attach(state.traj.context), _CURRENT.set(state.traj)
+    return attach_trajectory(state.traj)
 
 
 def leave(tokens: tuple[Any, Any]) -> None:
-    token, var = tokens
-    with contextlib.suppress(ValueError):
-        _CURRENT.reset(var)
-    otel_context.detach(token)
+    detach_trajectory(tokens)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any
 
-from otel_rollout._api.tracer import Generation, Trajectory
+from otel_rollout import Generation
+from otel_rollout import TrajectoryHandle as Trajectory
 
 #: verifiers' timestamps are ``time.time()`` floats; ours are epoch nanoseconds.
 NS = 1_000_000_000

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 
 #: verl's own names for a sample, on its trajectory root.
 STEP_ATTR, SAMPLE_INDEX_ATTR, ROLLOUT_N_ATTR = "verl.step", "verl.sample_index", "verl.rollout_n"

@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from otel_rollout import attributes as A
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations.verl._calls import SERVER_ATTR, record_output, request
 from otel_rollout.integrations.verl._state import STATE
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_rollout._api.tracer import RolloutTracer
-from otel_rollout._base.errors import internal_error
+from otel_rollout import RolloutTracer
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations import require
 from otel_rollout.integrations.skyrl._patches import Patches
 from otel_rollout.integrations.verl._client import (

@@ -35,15 +35,9 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from otel_rollout._accounting.summary import summarize
-from otel_rollout._api.batch_span import (
-    Batch,
-    attach_batch,
-    batch_from_carrier,
-    current_batch,
-)
-from otel_rollout._api.tracer import RolloutTracer
-from otel_rollout._base.errors import internal_error
+from otel_rollout import BatchHandle as Batch
+from otel_rollout import RolloutTracer, current_batch, summarize
+from otel_rollout.instrumentation import attach_batch, batch_from_carrier, internal_error
 from otel_rollout.integrations.ray._propagation import carrier, extract
 from otel_rollout.integrations.verl._calls import model_of, plain, record_sample, trajectory_kwargs
 from otel_rollout.integrations.verl._state import STATE, State

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextvars
 import threading
 from dataclasses import dataclass
+from typing import Any
 
+from otel_rollout import Generation
+from otel_rollout import PhaseHandle as Phase
+from otel_rollout import TrajectoryHandle as Trajectory
 from otel_rollout import attributes as A
-from otel_rollout._api.phase_handles import Generation, Phase
-from otel_rollout._api.phase_scope import _PhaseScope
-from otel_rollout._api.trajectory import Trajectory
+from otel_rollout.instrumentation import phase_scope
 
 #: The state of the ``_run_agent_loop`` call this context runs in; None outside one.
 STATE: contextvars.ContextVar[State | None] = contextvars.ContextVar(
@@ -78,13 +80,12 @@ class ToolRound:
         phase.end(t2)
 
 
-def _round_scope(traj: Trajectory) -> _PhaseScope:
+def _round_scope(traj: Trajectory) -> Any:
     attrs = {
-        A.PHASE: A.PHASE_ENV,
         A.GEN_AI_OPERATION_NAME: A.OP_EXECUTE_TOOL,
         A.GEN_AI_CONVERSATION_ID: traj.trajectory_id,
     }
-    return _PhaseScope(traj, TOOL_CALLS_SPAN, attrs, Phase)
+    return phase_scope(traj, TOOL_CALLS_SPAN, A.PHASE_ENV, **attrs)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 from otel_rollout.integrations.verl._calls import record_tool_result, tool_call
 from otel_rollout.integrations.verl._state import STATE, WAIT_CAUSE
 
