@@ -12,6 +12,7 @@ encoder).
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -35,6 +36,14 @@ _SOURCES: list[tuple[Any, Any]] = []
 _SOURCE_INDEX: dict[tuple[int, int], int] = {}
 _SOURCES_LOCK = threading.Lock()
 MAX_SOURCES = 256
+
+
+def _after_fork() -> None:
+    global _SOURCES_LOCK
+    _SOURCES_LOCK = threading.Lock()  # a fork while another thread held it
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _source_index(resource: Any, scope: Any) -> int | None:
