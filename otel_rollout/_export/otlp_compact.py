@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from otel_rollout._export.otlp_json import (
+from otel_rollout._export.otlp_values import (
     _FAST,
     _HAS_IS_REMOTE,
     _IS_REMOTE,

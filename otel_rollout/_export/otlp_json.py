@@ -10,110 +10,41 @@ a dict per message before ``json.dumps``; here each span becomes plain dicts and
 once and ``orjson`` writes them, so the trace file keeps up with a busy agent loop.
 
 Text ``orjson`` refuses (a lone surrogate, which Python strings may hold) falls back, for
-that batch only, to the standard library's encoder, as does a Python without ``orjson``.
+those spans only, to the standard library's encoder, as does a Python without ``orjson``.
+The spans may also be compact records (:mod:`.otlp_compact`), which a long export queue
+holds instead. Attribute values are encoded by :mod:`.otlp_values`.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE, SpanContext
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+from otel_rollout._export import otlp_compact
+from otel_rollout._export.otlp_values import (
+    _FAST,
+    _HAS_IS_REMOTE,
+    _IS_REMOTE,
+    _attributes,
+    _reads_fields,
+)
 
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; a broken install still works
     orjson = None  # type: ignore[assignment]
 
-_log = logging.getLogger("otel_rollout.export")
 
-#: ``SpanFlags``: the parent's is-remote bit is known (always), and set.
-_HAS_IS_REMOTE = 0x100
-_IS_REMOTE = 0x300
 _UNSET = object()
 #: Spans written to bytes together: few enough that their dicts die young (see
 #: :func:`encode_spans_line`), enough that each ``orjson.dumps`` call is worth it.
 _CHUNK = 32
-#: SpanContext is (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
-_TUPLE_CONTEXT = tuple(SpanContext(1, 2, True)) == (1, 2, True, 0, DEFAULT_TRACE_STATE, True)
-
-
-def _any_value(value: Any) -> dict[str, Any]:
-    """An ``AnyValue`` of any type the official encoder takes (same order of checks)."""
-    t = type(value)
-    if t is str:
-        return {"stringValue": value}
-    if t is bool:
-        return {"boolValue": value}
-    if t is int:
-        return {"intValue": str(value)}
-    if t is float:
-        return {"doubleValue": value if value - value == 0.0 else _non_finite(value)}
-    if value is None:
-        return {}
-    if isinstance(value, bool):
-        return {"boolValue": bool(value)}
-    if isinstance(value, str):
-        return {"stringValue": str.__str__(value)}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        value = float(value)
-        return {"doubleValue": value if value - value == 0.0 else _non_finite(value)}
-    if isinstance(value, bytes):
-        return {"bytesValue": base64.b64encode(value).decode("ascii")} if value else {}
-    if isinstance(value, Sequence):
-        values = [_any_value(v) for v in value]
-        return {"arrayValue": {"values": values} if values else {}}
-    if isinstance(value, Mapping):
-        kvs = [_key_value(str(k), v) for k, v in value.items()]
-        return {"kvlistValue": {"values": kvs} if kvs else {}}
-    raise TypeError(f"Invalid type {type(value)} of value {value}")
-
-
-def _non_finite(value: float) -> str:
-    if value != value:
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def _key_value(key: str, value: Any) -> dict[str, Any]:
-    if key:
-        return {"key": key, "value": _any_value(value)}
-    return {"value": _any_value(value)}
-
-
-def _attributes(attributes: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Encoded attributes; one the encoder cannot take is left out and logged, as the
-    official encoder does."""
-    out = []
-    if not attributes:
-        return out
-    append = out.append
-    # a compact record's attributes are a tuple of (key, value) pairs
-    items = attributes if type(attributes) is tuple else attributes.items()
-    for key, value in items:
-        t = type(value)
-        if t is str:
-            append({"key": key, "value": {"stringValue": value}})
-        elif t is int:
-            append({"key": key, "value": {"intValue": str(value)}})
-        elif t is bool:
-            append({"key": key, "value": {"boolValue": value}})
-        elif t is float and value - value == 0.0:
-            append({"key": key, "value": {"doubleValue": value}})
-        else:
-            try:
-                append(_key_value(key, value))
-            except Exception as exc:
-                _log.debug("otel-rollout: attribute %r not encoded: %r", key, exc)
-    return out
 
 
 def _scope(scope: Any) -> dict[str, Any]:
@@ -234,21 +165,6 @@ def _status(status: Any, out: dict[str, Any]) -> None:
     out["status"] = st
 
 
-#: Span types -> whether their public fields are the SDK's plain ones (read directly).
-_FAST: dict[type, bool] = {}
-_FIELDS = ("context", "parent", "name", "kind", "start_time", "end_time", "attributes",
-           "events", "links", "status", "dropped_attributes", "dropped_events",
-           "dropped_links", "resource", "instrumentation_scope")  # fmt: skip
-
-
-def _reads_fields(cls: type) -> bool:
-    return (
-        issubclass(cls, ReadableSpan)
-        and _TUPLE_CONTEXT
-        and all(getattr(cls, f, None) is getattr(ReadableSpan, f) for f in _FIELDS)
-    )
-
-
 def _encode_public(span: ReadableSpan) -> dict[str, Any]:
     """:func:`encode_span` through the public properties (a span type of another kind)."""
     ctx = span.context
@@ -304,11 +220,9 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
     scope_firsts: list[Any] = []
     last_res = last_scope = _UNSET
     current: list[Any] = []
-    compact: Any = None
     for span in spans:
         if type(span) is tuple:  # a compact record (otlp_compact)
-            compact = compact or _compact()
-            res, scope = compact.source_of(span)
+            res, scope = otlp_compact.source_of(span)
         else:
             res = span.resource
             scope = span.instrumentation_scope or None
@@ -323,7 +237,7 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
                 hit = entry[1][scope_key] = (scope, [])
             current = hit[1]
             last_res, last_scope = res, scope
-        current.append(compact.encode(span) if type(span) is tuple else encode_span(span))
+        current.append(otlp_compact.encode(span) if type(span) is tuple else encode_span(span))
         if len(current) >= _CHUNK and type(current[-_CHUNK]) is dict:
             chunk = current[-_CHUNK:]
             del current[-_CHUNK:]
@@ -346,12 +260,6 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
         out.append(b"]}")
     out.append(b"]}\n")
     return b"".join(out)
-
-
-def _compact() -> Any:
-    from otel_rollout._export import otlp_compact
-
-    return otlp_compact
 
 
 def _as_bytes(encoded: list[Any]) -> list[bytes]:
