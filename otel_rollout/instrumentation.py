@@ -22,6 +22,10 @@ be too. It gives:
   context the instrumentor did not open it in (a callback of the trainer's);
 * :class:`QueuedCall`: a call handed to an executor, timed from its submission
   (``env_queue``) to its start;
+* :mod:`semconv` (the GenAI conventions' opt-in and span names), :func:`capture_content`
+  (whether message content may be recorded), :func:`union_split` and
+  :func:`stages_from_timestamps` (an engine request's queue / prefill / decode over its
+  samples), :func:`warned` / :func:`forget_warnings` (warn-once bookkeeping);
 * for the Ray integration: the settings a worker must resolve as the driver did
   (:func:`forwarded_variables`, :func:`variable_for`, :data:`SETTINGS`, :data:`BY_NAME`),
   :func:`ray_attributes` and :data:`DEFAULT_MAXLEN`.
@@ -36,6 +40,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from otel_rollout._accounting.engine_union import stages_from_timestamps, union_split
 from otel_rollout._accounting.summary import DEFAULT_MAXLEN
 from otel_rollout._accounting.waits import engine_timings
 from otel_rollout._api.batch_span import (
@@ -49,9 +54,11 @@ from otel_rollout._api.batch_span import (
 from otel_rollout._api.context import QueuedCall
 from otel_rollout._api.phase_handles import Phase
 from otel_rollout._api.phase_scope import _CURRENT, _PhaseScope
+from otel_rollout._api.recording import _capture_content as capture_content
 from otel_rollout._api.tracer import RolloutTracer, default_tracer
 from otel_rollout._api.trajectory import Trajectory
-from otel_rollout._base.errors import internal_error, warn_once
+from otel_rollout._base import semconv
+from otel_rollout._base.errors import forget_warnings, internal_error, warn_once, warned
 from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
 from otel_rollout._setup.resource import ray_attributes
 
@@ -63,6 +70,12 @@ __all__ = [
     "RemoteBatch",
     "attach_batch",
     "attach_trajectory",
+    "capture_content",
+    "forget_warnings",
+    "semconv",
+    "stages_from_timestamps",
+    "union_split",
+    "warned",
     "detach_trajectory",
     "forwarded_variables",
     "phase_scope",

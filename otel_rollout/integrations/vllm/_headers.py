@@ -9,7 +9,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from otel_rollout._base.errors import internal_error
+from otel_rollout.instrumentation import internal_error
 
 #: The headers vLLM reads (``vllm.tracing.utils.TRACE_HEADERS``), always W3C.
 W3C_HEADERS: Final = ("traceparent", "tracestate")

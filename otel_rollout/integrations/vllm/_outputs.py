@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any, Final
 
+from otel_rollout import Generation
 from otel_rollout import attributes as A
-from otel_rollout._accounting.waits import engine_timings
-from otel_rollout._api.tracer import Generation
-from otel_rollout._base import semconv as _semconv
+from otel_rollout.instrumentation import engine_timings
+from otel_rollout.instrumentation import semconv as _semconv
 from otel_rollout.integrations.vllm._samples import request_timings
 
 __all__ = ["OPERATION", "SYSTEM", "Usage", "engine_timings", "is_delta", "model_of",

@@ -11,7 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import ProxyTracer
 
 from otel_rollout import attributes as A
-from otel_rollout._base.errors import forget_warnings, internal_error, warn_once, warned
+from otel_rollout.instrumentation import forget_warnings, internal_error, warn_once, warned
 
 logger = logging.getLogger("otel_rollout.integrations.vllm")
 

@@ -31,8 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.engine_union import stages_from_timestamps, union_split
-from otel_rollout._accounting.waits import engine_timings
+from otel_rollout.instrumentation import engine_timings, stages_from_timestamps, union_split
 
 #: vLLM's latency keys, in the order docs/vllm.md lists them.
 LATENCY_KEYS = (

@@ -21,11 +21,12 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
 
+from otel_rollout import Generation, __version__, current_trajectory
+from otel_rollout import TrajectoryHandle as Trajectory
 from otel_rollout import attributes as A
-from otel_rollout._api.tracer import Generation, Trajectory, _capture_content, current_trajectory
-from otel_rollout._base import semconv as _semconv
-from otel_rollout._base.errors import internal_error
-from otel_rollout._version import __version__
+from otel_rollout.instrumentation import capture_content as _capture_content
+from otel_rollout.instrumentation import internal_error
+from otel_rollout.instrumentation import semconv as _semconv
 from otel_rollout.integrations.vllm._headers import (
     merge_headers,
     parent_from_headers,
