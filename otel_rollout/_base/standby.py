@@ -15,12 +15,17 @@ to the standby thread (prepared beforehand with ``prepare(force=True)``) through
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+#: Signals the standby thread never takes (the ones otel_rollout._setup.preemption handles).
+_SIGNALS = frozenset(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 #: Whether this interpreter refuses new threads in exit hooks (3.12.0 and 3.12.1).
 REFUSES_THREADS_AT_EXIT = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 2)
@@ -57,6 +62,9 @@ class _Standby:
         self.thread.start()
 
     def _serve(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):  # the main thread takes SIGTERM/SIGHUP
+            with contextlib.suppress(ValueError, OSError):
+                signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         while True:
             self.jobs.get().run()
 

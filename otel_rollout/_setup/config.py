@@ -35,6 +35,7 @@ from otel_rollout._settings.table import (
     Settings,
     resolve,
 )
+from otel_rollout._setup import preemption
 from otel_rollout._setup.announce import announce
 from otel_rollout._setup.pipeline import TracePipeline, metric_readers, otlp_exporter
 from otel_rollout._setup.resource import build_resource
@@ -110,7 +111,8 @@ def configure(
                 stacklevel=2,
             )
             return existing
-        rollout = build()
+        with preemption.kept_off_new_threads():  # its threads leave signals to the main one
+            rollout = build()
         rollout.is_global = True
         announce(rollout.settings, rollout.trace_file)
         trace.set_tracer_provider(rollout.tracer_provider)

@@ -116,6 +116,29 @@ def _bounded(action: str) -> None:
     worker.join(timeout + 1.0)
 
 
+def _numbers() -> set[int]:
+    return {getattr(signal, n) for n in SIGNALS if hasattr(signal, n)}
+
+
+@contextmanager
+def kept_off_new_threads() -> Iterator[None]:
+    """Threads started in the block (the export threads, and the ones they start, gRPC's)
+    never take SIGTERM or SIGHUP. The kernel gives a process-directed signal to any thread
+    that does not block it; one taken by such a thread runs the handler only once the
+    main thread next runs Python, which a main thread blocked in C may not do before
+    SIGKILL. From the main thread only; its own mask is put back at the end."""
+    if not hasattr(signal, "pthread_sigmask") or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _numbers())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 @contextmanager
 def deferred() -> Iterator[None]:
     """Around a shutdown: a signal arriving meanwhile on the main thread (which the

@@ -152,3 +152,49 @@ def test_which_handlers_are_installed_and_put_back(tmp_path, monkeypatch, case, 
     assert done.returncode == 0, done.stderr
     assert f"configured {configured}\n" in done.stdout
     assert f"shut down {shut_down}\n" in done.stdout
+
+
+_MASKS = textwrap.dedent(
+    """
+    import os, signal, threading
+    import otel_rollout
+    rollout = otel_rollout.configure()
+    for i in range(50):
+        with rollout.tracer.trajectory(f"t{i}", env="e"):
+            pass
+    assert rollout.force_flush(10)  # the exporter's own threads (gRPC's) are running now
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    main = threading.main_thread().native_id
+    both = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
+    for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            fields = dict(line.split(":\\t", 1) for line in f.read().splitlines())
+        blocked = int(fields["SigBlk"], 16) & both == both
+        name = "MAIN" if tid == main else names.get(tid, fields["Name"])
+        print(name, "blocks" if blocked else "takes")
+    rollout.shutdown()
+    """
+)
+
+#: Threads the export pipeline starts (the SDK's, gRPC's, otel-rollout's own).
+_PIPELINE_THREADS = ("Otel", "otel-rollout", "grpc", "event_engine", "lifeguard")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+def test_threads_the_pipeline_starts_leave_the_signals_to_the_main_thread(tmp_path):
+    receiver = OTLPReceiver().start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update(PYTHONPATH=os.getcwd(), OTEL_ROLLOUT_ANNOUNCE="false",
+                   OTEL_EXPORTER_OTLP_ENDPOINT=receiver.grpc_endpoint,
+                   OTEL_METRICS_EXPORTER="none")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", _MASKS], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        threads = [line.rsplit(" ", 1) for line in done.stdout.splitlines()]
+        assert ["MAIN", "takes"] in threads
+        ours = [t for t in threads if t[0].startswith(_PIPELINE_THREADS)]
+        assert len(ours) >= 3, threads  # the batch processor, the standby, gRPC's
+        assert [t for t in ours if t[1] != "blocks"] == [], threads
+    finally:
+        receiver.stop()
