@@ -13,7 +13,16 @@ processor exports on its own thread, and metrics are collected on their own thre
 ``COLLECT_EVERY`` trajectories, as a periodic reader or a Prometheus scrape would; the
 histogram records of ended trajectories wait for that collection.
 
-    python benchmarks/instructions.py [--trajectories 200]
+    python benchmarks/instructions.py [--trajectories 200] [--modes bare default ...]
+
+Three ratios are the targets of docs/performance.md: the whole default pipeline
+(``configure()``: processor, histograms, the trace file) against the bare SDK with the
+official OTLP JSON ``FileSpanExporter`` (``default`` / ``bare_file``); spans and
+histograms against the same seven records made by hand on the bare SDK, same attributes
+and exemplars (``ours`` / ``bare_hist``); and the agent thread against the bare SDK
+(``ours`` / ``bare``). ``bare_otlp`` counts the official OTLP protobuf encoding (what the
+gRPC and HTTP exporters do before sending), printed per span. Every mode ends with its
+spans exported within the count (a flush, or ``shutdown()`` for ``default``).
 
 The last line is the cost of the GenAI client metrics (``GenAIMetricsProcessor``: a
 duration and two token-usage records per generate) as a share of otel-rollout's own
