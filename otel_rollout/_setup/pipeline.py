@@ -136,8 +136,6 @@ class TracePipeline:
         self.trace_writer: Any = None
         #: answers the running trajectories, for the in-flight record (set by configure())
         self.in_flight: Any = None
-        #: answers the running trajectories, for the in-flight record (set by configure())
-        self.in_flight: Any = None
 
     def _tail_keep(self, processor: Any) -> Any:
         # Below 100% sampling, failed, cancelled and slow trajectories are kept in full.
@@ -173,15 +171,6 @@ class TracePipeline:
 
         return InFlightExporter(exporter, self.in_flight, self.resource, interval)
 
-    def _with_in_flight(self, exporter: Any) -> Any:
-        """``exporter``, writing an in-flight record periodically when that is on."""
-        interval = self.settings.in_flight_interval_s
-        if not interval or self.in_flight is None:
-            return exporter
-        from otel_rollout._export.in_flight import InFlightExporter
-
-        return InFlightExporter(exporter, self.in_flight, self.resource, interval)
-
     def build(self, span_exporter: Any = None) -> Any | None:
         """The span processor to add after the breakdown processor, or None (``none``).
 
@@ -200,7 +189,6 @@ class TracePipeline:
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
             self.trace_writer = exporter
             exporter = self._with_in_flight(exporter)
-            exporter = self._with_in_flight(exporter)
             processor = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
             # spans lost before the file are stated in it, for ``otel-rollout report``
             counted = self.batch_processors[-1]
@@ -209,7 +197,6 @@ class TracePipeline:
             return processor
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
-            exporter = self._with_in_flight(exporter)
             exporter = self._with_in_flight(exporter)
             return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")
         if s.traces_exporter == "console":
