@@ -33,7 +33,10 @@ ALLOWED_STATE = {
     ("otel_rollout._setup.preemption", "_previous"): "signal handlers are process-wide",
     ("otel_rollout._setup.preemption", "_actions"): "signal handlers are process-wide",
     # which SDK span classes the fast encoder can read directly: a cache by class
-    ("otel_rollout._export.otlp_json", "_FAST"): "a cache keyed by span class",
+    ("otel_rollout._export.otlp_values", "_FAST"): "a cache keyed by span class",
+    # resources and scopes of compact queued spans, interned once per process (bounded)
+    ("otel_rollout._export.otlp_compact", "_SOURCES"): "interned, bounded, one module's",
+    ("otel_rollout._export.otlp_compact", "_SOURCE_INDEX"): "interned, bounded, one module's",
 }
 
 
