@@ -167,8 +167,11 @@ _MASKS = textwrap.dedent(
     main = threading.main_thread().native_id
     both = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
     for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
-        with open(f"/proc/self/task/{tid}/status") as f:
-            fields = dict(line.split(":\\t", 1) for line in f.read().splitlines())
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                fields = dict(line.split(":\\t", 1) for line in f.read().splitlines())
+        except FileNotFoundError:  # a short-lived thread ended meanwhile
+            continue
         blocked = int(fields["SigBlk"], 16) & both == both
         name = "MAIN" if tid == main else names.get(tid, fields["Name"])
         print(name, "blocks" if blocked else "takes")
