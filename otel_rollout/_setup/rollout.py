@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import random
 import threading
 import time
@@ -138,6 +139,8 @@ class Rollout:
     _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _flush: BoundedCall | None = field(default=None, repr=False)
     _trace_writer: Any = field(default=None, repr=False)
+    #: The process that configured it: a forked child shuts down its spans only.
+    _pid: int = field(default_factory=os.getpid, repr=False)
 
     @property
     def export_stats(self) -> ExportStats:
@@ -161,7 +164,9 @@ class Rollout:
     def _flush_providers(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         ok = True
-        for p in (self.tracer_provider, self.meter_provider):
+        # in a forked child the meter provider holds the parent's histograms (see _stop)
+        forked = os.getpid() != self._pid
+        for p in (self.tracer_provider, None if forked else self.meter_provider):
             fn = getattr(p, "force_flush", None)
             if fn is not None:
                 ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -214,6 +219,12 @@ class Rollout:
         self.shutdown()
 
     def _stop(self) -> None:
+        if os.getpid() != self._pid:
+            # A forked child (a multiprocessing worker): its spans are its own, but its
+            # meter provider holds the parent's cumulative histograms, which a final
+            # export would count twice; the parent's servers are not the child's to stop.
+            _stop_providers(self.tracer_provider, None, [])
+            return
         _stop_providers(self.tracer_provider, self.meter_provider, self._closers)
 
     def _print_summary(self) -> None:

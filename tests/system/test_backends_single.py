@@ -269,8 +269,24 @@ def test_an_exemplar_names_a_trace_jaeger_returns(run: Run) -> None:
         assert run.jaeger_span_ids(tid) == run.emitted[tid]
 
 
+def _deploy_checks() -> Any:
+    """tests/cli/test_deploy.py, where the dashboards' PromQL is read (imported once)."""
+    import importlib.util
+
+    mod = sys.modules.get("test_deploy")
+    if mod is None:
+        path = ROOT / "tests" / "cli" / "test_deploy.py"
+        spec = importlib.util.spec_from_file_location("test_deploy", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["test_deploy"] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
 def test_every_dashboard_expression_returns_data(run: Run) -> None:
-    from test_deploy import _substitute, dashboard_promql
+    deploy = _deploy_checks()
+    _substitute, dashboard_promql = deploy._substitute, deploy.dashboard_promql
 
     with run.stack.logs_on_failure():
         _wait_prom(run, "sum(rollout_trajectory_duration_seconds_count)", lambda v: v == N)
