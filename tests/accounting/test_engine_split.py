@@ -212,7 +212,7 @@ def test_report_shows_the_llm_split_and_the_loop_culprits(tmp_path, capsys):
 
     f = tmp_path / "trace.jsonl"
     f.write_text(json.dumps(_otlp_doc()) + "\n")
-    assert main(["report", str(f)]) == 0
+    assert main(["report", str(f), "--verbose"]) == 0  # the split is among the full tables
     out = capsys.readouterr().out
     assert "llm split" in out and "llm_prefill" in out and "0.625" in out
     assert "top loop culprits" in out and TRACE in out and "0.020" in out
