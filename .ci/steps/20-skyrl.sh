@@ -40,6 +40,6 @@ if [ ! -f "$venv/.complete" ]; then
 fi
 # A cached venv may come from another checkout: point its editable install at this one.
 install -r "$req" -e '.[skyrl,dev]'
-HF_HUB_OFFLINE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs \
+HF_HUB_OFFLINE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfEs \
   tests/integrations/test_skyrl.py tests/integrations/test_skyrl_parity.py \
   tests/integrations/test_skyrl_loopstall.py tests/processing/test_loopstall.py

@@ -239,7 +239,7 @@ class Rollout:
         p90 = "p90" if summary.exact else "p90~"  # from a sample beyond the reservoir
         for band, _ in _SUMMARY_BANDS:
             f = figures[band]
-            print(f"  {band:<13} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
+            print(f"  {band:<14} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
         print(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}", file=out)
         for a in summary.reward_analyses():  # do slow trajectories succeed less?
             deciles = " ".join(f"{b.mean_reward:.2f}" for b in a.by_e2e_decile)
