@@ -146,6 +146,8 @@ class TracePipeline:
                                  slower_than_percentile=s.tail_keep_percentile)  # fmt: skip
 
     def _batch(self, exporter: Any, target: str, burst_reserve: int = 0) -> Any:
+        """The guarded batch processor over ``exporter`` (its ``stats`` count what it
+        loses); the caller adds tail keep in front (:meth:`_tail_keep`)."""
         processor = guarded_batch_processor(
             exporter,
             self.meter_provider,
@@ -160,7 +162,7 @@ class TracePipeline:
             ),
         )
         self.batch_processors.append(processor)
-        return self._tail_keep(processor)
+        return processor
 
     def _with_in_flight(self, exporter: Any) -> Any:
         """``exporter``, writing an in-flight record periodically when that is on."""
@@ -189,16 +191,16 @@ class TracePipeline:
                                          max_age_s=s.trace_file_max_age_s)  # fmt: skip
             self.trace_writer = exporter
             exporter = self._with_in_flight(exporter)
-            processor = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
+            counted = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
             # spans lost before the file are stated in it, for ``otel-rollout report``
-            counted = self.batch_processors[-1]
             resource = getattr(self.resource, "attributes", None)
             exporter.record_losses(lambda: counted.stats.losses(), resource)
-            return processor
+            return self._tail_keep(counted)
         if s.traces_exporter == "otlp":
             exporter = span_exporter or otlp_exporter("traces", s)
             exporter = self._with_in_flight(exporter)
-            return self._batch(exporter, f"{s.endpoint_for('traces')} ({s.traces_protocol})")
+            target = f"{s.endpoint_for('traces')} ({s.traces_protocol})"
+            return self._tail_keep(self._batch(exporter, target))
         if s.traces_exporter == "console":
             from otel_rollout._export.console import ConsoleSpanProcessor, ConsoleTreeExporter
 
