@@ -35,6 +35,7 @@ import pytest
 import skyrl_gym
 from _skyrl import VLLMLikeServer, tiny_tokenizer
 
+from otel_rollout._base.clock import now_ns as span_clock  # the clock spans are timed by
 from otel_rollout.testing import make_test_env
 
 MOD = "skyrl.train.generators.skyrl_gym_generator"
@@ -151,7 +152,7 @@ class SkyRLGymGenerator:
         cache_salt=None,
     ):
         agent_loop_start_time = time.monotonic()
-        start_ns = time.time_ns()  # the same instant on the spans' clock, for the test
+        start_ns = span_clock()  # the same instant on the spans' clock, for the test
         session_id = (
             f"{trajectory_id.instance_id}_{trajectory_id.repetition_id}"
             if trajectory_id is not None
@@ -178,7 +179,7 @@ class SkyRLGymGenerator:
             out = AgentLoopOutput()
             out.reward = reward
             out.e2e_time = time.monotonic() - agent_loop_start_time
-            out.marks = (start_ns, time.time_ns())
+            out.marks = (start_ns, span_clock())
             return out
         finally:
             await self.inference_engine_client.finish_session(session_id)
