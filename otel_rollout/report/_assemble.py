@@ -33,7 +33,9 @@ from otel_rollout.report._model import (
     MAX_LISTED,
     RawSpan,
     ReadResult,
+    Row,
     TrajectoryTrace,
+    row_of,
 )
 
 #: Spans read after a trajectory's root before its trace is finished.
@@ -42,6 +44,9 @@ WINDOW_SPANS = 10_000
 MAX_BUFFERED_SPANS = 200_000
 #: Finished trace ids remembered, so a line written twice is not counted twice.
 REMEMBERED_TRACES = 200_000
+
+
+_NEVER = float("inf")
 
 
 class _Trace:
@@ -84,68 +89,93 @@ class TraceAssembler:
         self._done: OrderedDict[str, None] = OrderedDict()
         self._buffered = 0
         self._seen = 0
+        self._due = _NEVER  # _seen at which the first trace in _ready is finished
         #: The most spans held at once so far (bounded by ``max_buffered_spans``).
         self.peak_buffered_spans = 0
 
     def add(self, span: RawSpan) -> None:
-        if span.name == IN_FLIGHT_SPAN and span.parent_id is None:
-            return  # a writer's in-flight record (``otel-rollout top``), not a trajectory's
+        self.add_rows((row_of(span),))
+
+    def add_rows(self, rows: Iterable[Row]) -> None:
+        """Feed spans as :data:`Row` s (what the fast reader gives; :func:`row_of` for a
+        :class:`RawSpan`): the same checks and counts as :meth:`add` one at a time."""
         result = self._result
-        self._seen += 1
-        result.spans += 1
-        if not span.start_ns or span.start_ns <= 0:
-            result.lose(LOSS_MISSING_START)
-            return
-        if span.end_ns is None or span.end_ns <= 0:
-            result.lose(LOSS_MISSING_END)
-            return
-        tid = span.trace_id
-        if span.end_ns < span.start_ns:
-            if A.TRAJECTORY_ID in span.attributes and tid not in self._done:
-                result.lose(LOSS_INVERTED_ROOT)
-                trace = self._open.get(tid)
-                if trace is None:
-                    trace = self._open[tid] = _Trace()
-                trace.inverted_root = True
-            else:
-                result.lose(LOSS_INVERTED)
-            return
-        if tid in self._done:
-            result.lose(LOSS_LATE)
-            return
-        trace = self._open.get(tid)
-        if trace is None:
-            trace = self._open[tid] = _Trace()
-        if span.span_id in trace.records:
-            result.lose(LOSS_DUPLICATE)
-            return
-        record = SpanRecord.from_span(span)
-        trace.records[span.span_id] = record
-        self._buffered += 1
-        timings = engine_ns(span.attributes)
+        opened = self._open
+        done = self._done
+        trajectory_id = A.TRAJECTORY_ID
+        for tid, span_id, parent_id, name, start, end, phase, span in rows:
+            if parent_id is None and name == IN_FLIGHT_SPAN:
+                continue  # a writer's in-flight record (``otel-rollout top``), not a trajectory's
+            self._seen += 1
+            result.spans += 1
+            if not start or start <= 0:
+                result.lose(LOSS_MISSING_START)
+                continue
+            if end is None or end <= 0:
+                result.lose(LOSS_MISSING_END)
+                continue
+            if end < start:
+                if span is not None and trajectory_id in span.attributes and tid not in done:
+                    result.lose(LOSS_INVERTED_ROOT)
+                    trace = opened.get(tid)
+                    if trace is None:
+                        trace = opened[tid] = _Trace()
+                    trace.inverted_root = True
+                else:
+                    result.lose(LOSS_INVERTED)
+                continue
+            if tid in done:
+                result.lose(LOSS_LATE)
+                continue
+            trace = opened.get(tid)
+            if trace is None:
+                trace = opened[tid] = _Trace()
+            records = trace.records
+            if span_id in records:
+                result.lose(LOSS_DUPLICATE)
+                continue
+            records[span_id] = SpanRecord(span_id, parent_id, start, end, phase)
+            self._buffered += 1
+            if span is not None:
+                self._whole_span(tid, trace, span, phase)
+            elif phase is not None:
+                trace.has_phase = True
+            if self._seen >= self._due:
+                self._finish_ready()
+            if self._buffered > self._max:
+                while self._buffered > self._max and opened:
+                    self._finish_trace(next(iter(opened)), cut=True)
+            if self._buffered > self.peak_buffered_spans:
+                self.peak_buffered_spans = self._buffered
+
+    def _whole_span(self, tid: str, trace: _Trace, span: RawSpan, phase: str | None) -> None:
+        """What a span's other attributes say: engine timings, a root, a batch."""
+        attributes = span.attributes
+        timings = engine_ns(attributes)
         if timings is not None:
             trace.engine[span.span_id] = (span.name, timings)
-        if A.TRAJECTORY_ID in span.attributes:
+        if A.TRAJECTORY_ID in attributes:
             trace.roots.append(span)
             trace.ready_at = self._seen
             self._ready.pop(tid, None)
             self._ready[tid] = None
-        elif record.phase is not None:
+            self._set_due()
+        elif phase is not None:
             trace.has_phase = True
-        elif A.BATCH_ID in span.attributes and len(result.batches) < MAX_BATCHES:
-            result.batches[str(span.attributes[A.BATCH_ID])] = batch_span(span)
-        self._finish_ready()
-        while self._buffered > self._max and self._open:
-            old = next(iter(self._open))
-            self._finish_trace(old, cut=True)
-        if self._buffered > self.peak_buffered_spans:
-            self.peak_buffered_spans = self._buffered
+        elif A.BATCH_ID in attributes and len(self._result.batches) < MAX_BATCHES:
+            self._result.batches[str(attributes[A.BATCH_ID])] = batch_span(span)
 
     def finish(self) -> ReadResult:
         """Finish every trace still held (the end of the input)."""
         for tid in list(self._open):
             self._finish_trace(tid)
         return self._result
+
+    def _set_due(self) -> None:
+        """When the first trace waiting after its root is due (``_ready`` is in the order
+        of ``ready_at``: a root moves its trace to the end)."""
+        ready = self._ready
+        self._due = self._open[next(iter(ready))].ready_at + self._window if ready else _NEVER
 
     def _finish_ready(self) -> None:
         while self._ready:
@@ -159,6 +189,7 @@ class TraceAssembler:
         self._ready.pop(tid, None)
         self._buffered -= len(trace.records)
         self._done[tid] = None
+        self._set_due()
         if len(self._done) > REMEMBERED_TRACES:
             self._done.popitem(last=False)
         result = self._result
@@ -196,17 +227,16 @@ def breakdowns_from_spans(
     """Group spans by trace and recompute each trajectory's breakdown (same functions)."""
     result = result or ReadResult()
     assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
-    for s in spans:
-        assembler.add(s)
+    assembler.add_rows(map(row_of, spans))
     return assembler.finish()
 
 
 def read_trace_file(path: str | Path, *, bands: Mapping[str, str] | None = None) -> ReadResult:
     """Breakdowns of every trajectory in an OTLP JSON lines file (kept in the result)."""
-    from otel_rollout.report._files import iter_file_spans
+    from otel_rollout.report._files import iter_file_rows
 
     result = ReadResult()
     assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
-    for s in iter_file_spans(path, result):
-        assembler.add(s)
+    for rows in iter_file_rows(path, result):
+        assembler.add_rows(rows)
     return assembler.finish()

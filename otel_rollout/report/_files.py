@@ -10,15 +10,24 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from otel_rollout.report._documents import loss_records, parse_document
-from otel_rollout.report._model import LOSS_BAD_LINE, RawSpan, ReadResult, TraceReadError
-from otel_rollout.report._otlp_typed import typed_spans
+from otel_rollout.report._model import (
+    LOSS_BAD_LINE,
+    RawSpan,
+    ReadResult,
+    Row,
+    TraceReadError,
+    row_of,
+)
+from otel_rollout.report._otlp_typed import typed_rows, typed_spans
 
 #: A ``.json`` file smaller than this is also tried as one document (Jaeger UI downloads).
 _WHOLE_DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
 
 Warn = Callable[[str], object]
+T = TypeVar("T")
 
 
 def _default_warn(message: str) -> None:
@@ -30,6 +39,26 @@ def iter_file_spans(
 ) -> Iterator[RawSpan]:
     """The spans of a trace file, one line at a time; bad lines are warned about, counted
     in ``result.losses`` and skipped. Raises :class:`TraceReadError` if it cannot be read."""
+    for spans in _read(path, result, warn, typed_spans, list):
+        yield from spans
+
+
+def iter_file_rows(
+    path: str | Path, result: ReadResult, warn: Warn | None = None
+) -> Iterator[list[Row]]:
+    """:func:`iter_file_spans` as the assembler takes it: a list of rows a line
+    (:meth:`TraceAssembler.add_rows`), most lines decoded without a :class:`RawSpan`."""
+    return _read(path, result, warn, typed_rows, _rows_of)
+
+
+def _rows_of(spans: list[RawSpan]) -> list[Row]:
+    return [row_of(s) for s in spans]
+
+
+def _read(path: str | Path, result: ReadResult, warn: Warn | None,
+          fast: Callable[[bytes], list[T] | None],
+          general: Callable[[list[RawSpan]], list[T]]) -> Iterator[list[T]]:  # fmt: skip
+    """A list a line: ``fast(line)``, else ``general`` of the general reader's spans."""
     path = Path(path)
     warn = warn or _default_warn
     try:
@@ -41,7 +70,7 @@ def iter_file_spans(
             if path.suffix == ".json" and path.stat().st_size < _WHOLE_DOCUMENT_MAX_BYTES:
                 whole = _whole_document(f.read(), path)
                 if whole is not None:
-                    yield from whole
+                    yield general(whole)
                     return
                 f.seek(0)
             lineno = 0
@@ -49,9 +78,9 @@ def iter_file_spans(
                 lineno += 1
                 if not raw.strip():
                     continue
-                spans = typed_spans(raw)
-                if spans is not None:  # the usual trace-file line, decoded the fast way
-                    yield from spans
+                got = fast(raw)
+                if got is not None:  # the usual trace-file line, decoded the fast way
+                    yield got
                     continue
                 where = f"{path}:{lineno}"
                 try:
@@ -71,7 +100,7 @@ def iter_file_spans(
                 if not spans:  # perhaps the writer's loss record
                     for writer, counts in loss_records(doc):
                         result.note_export_losses(writer, counts)
-                yield from spans
+                yield general(spans)
         except OSError as exc:
             raise TraceReadError(f"{path}: read failed: {exc.strerror or exc}") from None
 
