@@ -76,11 +76,13 @@ def outermost_phases(
     of the trajectory and are ignored. A span that never ended is clipped at
     ``end_open_at`` (the root's end) when given, else ignored.
     """
-    by_id = {s.span_id: s for s in spans}
+    by_id: dict[int, Any] = {}
     # memo: span id -> (reaches root, has a phase ancestor strictly below the root)
     memo: dict[int, tuple[bool, bool]] = {root_span_id: (True, False)}
 
     def resolve(span_id: int) -> tuple[bool, bool]:
+        if not by_id:
+            by_id.update((s.span_id, s) for s in spans)
         chain = []
         cur: int | None = span_id
         result = (False, False)
@@ -104,14 +106,21 @@ def outermost_phases(
         return memo.get(span_id, result)
 
     out: list[PhaseInterval] = []
+    add = out.append
+    new = tuple.__new__
     for rec in spans:
-        if rec.phase is None or rec.span_id == root_span_id or rec.parent_id is None:
+        phase = rec.phase
+        if phase is None:
             continue
-        reaches, nested = resolve(rec.parent_id)
-        if not reaches or nested:
+        parent_id = rec.parent_id
+        if parent_id is None or rec.span_id == root_span_id:
             continue
+        if parent_id != root_span_id:  # a child of the root is outermost (the usual case)
+            reaches, nested = resolve(parent_id)
+            if not reaches or nested:
+                continue
         end = rec.end_ns if rec.end_ns is not None else end_open_at
         if end is None:
             continue
-        out.append(PhaseInterval(rec.phase, rec.start_ns, end))
+        add(new(PhaseInterval, (phase, rec.start_ns, end)))
     return out
