@@ -17,7 +17,7 @@ from pathlib import Path
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.span_tree import SpanRecord, breakdown_from_tree
+from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
 from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
@@ -53,7 +53,7 @@ class _Trace:
     __slots__ = ("engine", "has_phase", "inverted_root", "ready_at", "records", "roots")
 
     def __init__(self) -> None:
-        self.records: dict[int, SpanRecord] = {}
+        self.records: dict[int, SpanTuple] = {}  # (id, parent, start, end, phase)
         #: span id -> (name, engine timings) of spans carrying them (waits: llm split)
         self.engine: dict[int, tuple[str, tuple[int, int, int]]] = {}
         self.roots: list[RawSpan] = []
@@ -103,50 +103,58 @@ class TraceAssembler:
         opened = self._open
         done = self._done
         trajectory_id = A.TRAJECTORY_ID
-        for tid, span_id, parent_id, name, start, end, phase, span in rows:
-            if parent_id is None and name == IN_FLIGHT_SPAN:
-                continue  # a writer's in-flight record (``otel-rollout top``), not a trajectory's
-            self._seen += 1
-            result.spans += 1
-            if not start or start <= 0:
-                result.lose(LOSS_MISSING_START)
-                continue
-            if end is None or end <= 0:
-                result.lose(LOSS_MISSING_END)
-                continue
-            if end < start:
-                if span is not None and trajectory_id in span.attributes and tid not in done:
-                    result.lose(LOSS_INVERTED_ROOT)
-                    trace = opened.get(tid)
-                    if trace is None:
-                        trace = opened[tid] = _Trace()
-                    trace.inverted_root = True
-                else:
-                    result.lose(LOSS_INVERTED)
-                continue
-            if tid in done:
-                result.lose(LOSS_LATE)
-                continue
-            trace = opened.get(tid)
-            if trace is None:
-                trace = opened[tid] = _Trace()
-            records = trace.records
-            if span_id in records:
-                result.lose(LOSS_DUPLICATE)
-                continue
-            records[span_id] = SpanRecord(span_id, parent_id, start, end, phase)
-            self._buffered += 1
-            if span is not None:
-                self._whole_span(tid, trace, span, phase)
-            elif phase is not None:
-                trace.has_phase = True
-            if self._seen >= self._due:
-                self._finish_ready()
-            if self._buffered > self._max:
-                while self._buffered > self._max and opened:
-                    self._finish_trace(next(iter(opened)), cut=True)
-            if self._buffered > self.peak_buffered_spans:
-                self.peak_buffered_spans = self._buffered
+        seen = self._seen
+        counted = 0
+        try:
+            for tid, span_id, parent_id, name, start, end, phase, span in rows:
+                if parent_id is None and name == IN_FLIGHT_SPAN:
+                    continue  # a writer's in-flight record (``otel-rollout top``)
+                seen += 1
+                counted += 1
+                if not start or start <= 0:
+                    result.lose(LOSS_MISSING_START)
+                    continue
+                if end is None or end <= 0:
+                    result.lose(LOSS_MISSING_END)
+                    continue
+                if end < start:
+                    if span is not None and trajectory_id in span.attributes and tid not in done:
+                        result.lose(LOSS_INVERTED_ROOT)
+                        trace = opened.get(tid)
+                        if trace is None:
+                            trace = opened[tid] = _Trace()
+                        trace.inverted_root = True
+                    else:
+                        result.lose(LOSS_INVERTED)
+                    continue
+                if tid in done:
+                    result.lose(LOSS_LATE)
+                    continue
+                trace = opened.get(tid)
+                if trace is None:
+                    trace = opened[tid] = _Trace()
+                records = trace.records
+                if span_id in records:
+                    result.lose(LOSS_DUPLICATE)
+                    continue
+                records[span_id] = (span_id, parent_id, start, end, phase)
+                self._buffered += 1
+                if span is not None:
+                    self._seen = seen
+                    self._whole_span(tid, trace, span, phase)
+                elif phase is not None:
+                    trace.has_phase = True
+                if seen >= self._due:
+                    self._seen = seen
+                    self._finish_ready()
+                if self._buffered > self._max:
+                    while self._buffered > self._max and opened:
+                        self._finish_trace(next(iter(opened)), cut=True)
+                if self._buffered > self.peak_buffered_spans:
+                    self.peak_buffered_spans = self._buffered
+        finally:
+            self._seen = seen
+            result.spans += counted
 
     def _whole_span(self, tid: str, trace: _Trace, span: RawSpan, phase: str | None) -> None:
         """What a span's other attributes say: engine timings, a root, a batch."""
@@ -202,6 +210,8 @@ class TraceAssembler:
                     result.incomplete.append(tid)
             return  # or another service's trace
         records = list(trace.records.values())
+        # records are plain tuples (cheaper than SpanRecords); the engine's reader wants those
+        full = [SpanRecord._make(r) for r in records] if trace.engine else records
         for root in trace.roots:
             bd, phases = breakdown_from_tree(
                 trace.records[root.span_id],
@@ -210,7 +220,7 @@ class TraceAssembler:
                 error=root.status_code is StatusCode.ERROR,
                 trace_id=tid,
                 bands=self._bands,
-                engine=engine_from_tree(root.span_id, records, trace.engine),
+                engine=engine_from_tree(root.span_id, full, trace.engine),
             )
             result.found += 1
             err = root.attributes.get("error.type")
