@@ -105,6 +105,8 @@ class TraceAssembler:
         trajectory_id = A.TRAJECTORY_ID
         seen = self._seen
         counted = 0
+        limit = self._max
+        due = self._due  # reloaded after each call that may change it
         try:
             for tid, span_id, parent_id, name, start, end, phase, span in rows:
                 if parent_id is None and name == IN_FLIGHT_SPAN:
@@ -138,20 +140,25 @@ class TraceAssembler:
                     result.lose(LOSS_DUPLICATE)
                     continue
                 records[span_id] = (span_id, parent_id, start, end, phase)
-                self._buffered += 1
+                buffered = self._buffered = self._buffered + 1
                 if span is not None:
                     self._seen = seen
                     self._whole_span(tid, trace, span, phase)
+                    due = self._due
                 elif phase is not None:
                     trace.has_phase = True
-                if seen >= self._due:
+                if seen >= due:
                     self._seen = seen
                     self._finish_ready()
-                if self._buffered > self._max:
-                    while self._buffered > self._max and opened:
+                    due = self._due
+                    buffered = self._buffered
+                if buffered > limit:
+                    while self._buffered > limit and opened:
                         self._finish_trace(next(iter(opened)), cut=True)
-                if self._buffered > self.peak_buffered_spans:
-                    self.peak_buffered_spans = self._buffered
+                    due = self._due
+                    buffered = self._buffered
+                if buffered > self.peak_buffered_spans:
+                    self.peak_buffered_spans = buffered
         finally:
             self._seen = seen
             result.spans += counted

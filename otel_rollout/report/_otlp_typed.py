@@ -176,7 +176,7 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
             span_bytes = fromhex(span_hex)  # hex digits only: else the general reader's
             if len(span_hex) != 16 or len(span_bytes) != 8:
                 raise _Unusual
-            span_id = from_bytes(span_bytes, "big")
+            span_id = from_bytes(span_bytes)
             values: dict[str, Any] = {}
             for kv in sp.attributes or ():
                 v = values[kv.key] = kv.value
