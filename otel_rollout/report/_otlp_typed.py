@@ -1,15 +1,16 @@
 """OTLP JSON lines decoded straight into typed records: the report's fast path.
 
 ``msgspec`` decodes a trace-file line against the OTLP JSON shape below without building a
-dict per object, and checks in C what the general reader (:mod:`._documents`) would check
-in Python: a string ``intValue`` is digits (``int()`` takes it), a string ``doubleValue`` a
-number ``float()`` takes, ids hex of their width. The shape is strict: a line with anything
-the general reader would treat differently (another document kind, a field of an
-unexpected JSON type, a base64 id, no spans at all, as in a loss record) is not decoded
-here, :func:`typed_rows` / :func:`typed_spans` answer None and the line goes the general
-way, so both ways give the same spans, warnings and losses.
-``tests/report/test_report_fast_path.py`` checks they agree; keep :func:`_resources` in
-step with ``_documents._otlp_spans``.
+dict per object; its structs are not tracked by the cyclic collector (they hold no
+cycles). The shape is strict: a line with anything the general reader (:mod:`._documents`)
+would treat differently (another document kind, a field of an unexpected JSON type, a
+span id not 16 hex digits, no spans at all, as in a loss record) is not decoded here, and
+a value the general reader would fail to convert (an ``intValue`` ``int()`` does not take)
+fails the line here too, even where the report does not use it: :func:`typed_rows` /
+:func:`typed_spans` answer None and the line goes the general way, so both ways give the
+same spans, warnings and losses.
+``tests/report/test_report_fast_path.py`` checks they agree; keep :func:`_resources` and
+:func:`_rows` in step with ``_documents._otlp_spans``.
 
 :func:`typed_rows` is what the report reads with: a :data:`~._model.Row` per span, and a
 whole :class:`RawSpan` only for the few spans whose attributes the assembler reads
@@ -181,7 +182,12 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
             for kv in sp.attributes or ():
                 v = values[kv.key] = kv.value
                 if v is not UNSET and v.stringValue is UNSET:
-                    _value(v)  # int() or float() fails here as in the general reader
+                    # int() or float() fails here as in the general reader
+                    number = v.intValue
+                    if number is UNSET:
+                        _value(v)
+                    elif number.__class__ is str:
+                        int(number)
             end = int(sp.endTimeUnixNano or 0) or None
             start = int(sp.startTimeUnixNano or 0)
             if whole:
