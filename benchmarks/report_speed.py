@@ -7,12 +7,18 @@ breakdown on each root, the trace file rotated at ``--max-mb``) with ``--traject
 - the CPU of ``json.loads`` of every line, in this process (the baseline: a report cannot
   do its work without at least reading its input);
 - ``otel-rollout report FILES --format json`` in a child process: its CPU (user +
-  system), wall time and peak RSS.
+  system), wall time and peak RSS;
+- the CPU of a child that only starts and imports what the report imports: the fixed
+  start-up cost inside the report's figure.
+
+Each is run ``--repeat`` times; the medians are printed. The children write their
+bytecode to a temporary cache (warmed up first), as an installed package has it, even
+where ``PYTHONDONTWRITEBYTECODE`` is set: compiling the package is not the report's cost.
 
 Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
-than parsing its input with the standard library).
+than parsing its input with the standard library), with and without the start-up.
 
-    python benchmarks/report_speed.py [--trajectories 30000]
+    python benchmarks/report_speed.py [--trajectories 30000] [--files F ...] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +45,16 @@ _CHILD = (
     "cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime\n"
     "print(cpu, wall, max(s.ru_maxrss, c.ru_maxrss), file=sys.stderr)\n"
     "sys.exit(rc)\n"
+)
+
+
+_IMPORTS = (
+    "import resource\n"
+    "from otel_rollout.cli import main\n"
+    "import otel_rollout.report._command, otel_rollout.report._sources\n"
+    "import otel_rollout.report._json, otel_rollout.report._aggregate\n"
+    "s = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "print(s.ru_utime + s.ru_stime)\n"
 )
 
 
@@ -71,10 +89,26 @@ def json_loads_cpu(files: list[str]) -> tuple[float, int]:
     return cpu, size
 
 
-def run_report(files: list[str]) -> tuple[float, float, float, dict]:
+def child_env(cache: str) -> dict[str, str]:
+    """The children's environment: bytecode cached in ``cache``."""
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def start_up_cpu(env: dict[str, str]) -> float:
+    """CPU seconds of a child that starts and imports what the report imports."""
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS], capture_output=True, text=True,
+                          env=env, check=True)  # fmt: skip
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def run_report(
+    files: list[str], env: dict[str, str] | None = None
+) -> tuple[float, float, float, dict]:
     """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, *files],
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True, env=env)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
     cpu, wall, rss = proc.stderr.strip().splitlines()[-1].split()
@@ -96,6 +130,7 @@ def main() -> int:
         help="rotate the trace file at this size (default 128)",
     )
     parser.add_argument("--files", nargs="+", help="read these trace files instead")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
     args = parser.parse_args()  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -104,12 +139,32 @@ def main() -> int:
             t = time.perf_counter()
             files = write_trace_file(Path(tmp), args.trajectories, args.max_mb)
             print(f"wrote {args.trajectories} trajectories in {time.perf_counter() - t:.0f} s")
-        base, size = json_loads_cpu(files)
+        n = max(1, args.repeat)
+        loads = [json_loads_cpu(files) for _ in range(n)]
+        size = loads[0][1]
+        base = statistics.median(cpu for cpu, _ in loads)
         print(f"{len(files)} files, {size / 1e6:.0f} MB; json.loads of every line: "
-              f"{base:.2f} s CPU ({size / 1e6 / base:.0f} MB/s)")  # fmt: skip
-        cpu, wall, rss, out = run_report(files)
-        print(f"report: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, wall {wall:6.2f} s, "
-              f"peak RSS {rss:6.1f} MiB, {out['trajectories']} trajectories")  # fmt: skip
+              f"{base:.2f} s CPU ({size / 1e6 / base:.0f} MB/s), median of {n}: "
+              f"{' '.join(f'{c:.2f}' for c, _ in loads)}")  # fmt: skip
+        env = child_env(os.path.join(tmp, "pycache"))
+        start_up_cpu(env)  # warms the bytecode cache, with a report of one line
+        one = os.path.join(tmp, "one-line.jsonl")
+        with open(files[0], "rb") as f, open(one, "wb") as w:
+            w.write(f.readline())
+        run_report([one], env)
+        starts = [start_up_cpu(env) for _ in range(n)]
+        runs = [run_report(files, env) for _ in range(n)]
+        for cpu, wall, rss, out in runs:
+            print(f"  report: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
+                  f"{out['trajectories']} trajectories")  # fmt: skip
+        cpu = statistics.median(r[0] for r in runs)
+        wall = statistics.median(r[1] for r in runs)
+        rss = statistics.median(r[2] for r in runs)
+        start = statistics.median(starts)
+        print(f"report (median of {n}): CPU {cpu:.2f} s = {cpu / base:.2f}x json.loads; "
+              f"wall {wall:.2f} s; peak RSS {rss:.1f} MiB")  # fmt: skip
+        print(f"of which start-up (interpreter + imports): {start:.2f} s CPU; without it: "
+              f"{cpu - start:.2f} s = {(cpu - start) / base:.2f}x json.loads")  # fmt: skip
     return 0
 
 

@@ -13,6 +13,8 @@ from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.compute import root_breakdown
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+#: A span's fields as :class:`SpanRecord` has them, in its order.
+SpanTuple = tuple[int, int | None, int, int | None, str | None]
 
 
 class SpanRecord(NamedTuple):
@@ -45,8 +47,8 @@ class SpanRecord(NamedTuple):
 
 
 def breakdown_from_tree(
-    root: SpanRecord,
-    spans: Sequence[SpanRecord],
+    root: SpanTuple,
+    spans: Sequence[SpanTuple],
     attributes: Mapping[str, Any],
     *,
     error: bool = False,
@@ -54,33 +56,40 @@ def breakdown_from_tree(
     bands: Mapping[str, str] | None = None,
     engine: Sequence[int] | None = None,
 ) -> tuple[Breakdown, list[PhaseInterval]]:
-    """The breakdown of the trajectory rooted at ``root`` from the spans of its trace, and
-    the outermost phases it was computed from (a span tree: a trace file, a backend, the
+    """The breakdown of the trajectory rooted at ``root`` from the spans of its trace
+    (:class:`SpanRecord` s or tuples of their fields), and the outermost phases it was
+    computed from (a span tree: a trace file, a backend, the
     console exporter's buffer). Phases still open are clipped at the root's end."""
-    end = root.end_ns if root.end_ns is not None else root.start_ns
-    phases = outermost_phases(root.span_id, spans, end_open_at=end)
+    root_id, _, start, end, _ = root
+    if end is None:
+        end = start
+    phases = outermost_phases(root_id, spans, end_open_at=end)
     bd = root_breakdown(
-        root.start_ns, end, phases, attributes, error=error, trace_id=trace_id, bands=bands,
+        start, end, phases, attributes, error=error, trace_id=trace_id, bands=bands,
         engine=engine,
     )  # fmt: skip
     return bd, phases
 
 
 def outermost_phases(
-    root_span_id: int, spans: Sequence[SpanRecord], *, end_open_at: int | None = None
+    root_span_id: int, spans: Sequence[SpanTuple], *, end_open_at: int | None = None
 ) -> list[PhaseInterval]:
     """The outermost phase spans below a root, from a span tree (a trace file, a backend).
 
-    A phase span is dropped when any ancestor between it and the root is a phase span
-    (outermost phase wins). Spans whose parent chain does not reach the root are not part
-    of the trajectory and are ignored. A span that never ended is clipped at
-    ``end_open_at`` (the root's end) when given, else ignored.
+    ``spans`` are :class:`SpanRecord` s, or plain tuples of their fields in their order
+    (what the report's assembler keeps: cheaper to make). A phase span is dropped when
+    any ancestor between it and the root is a phase span (outermost phase wins). Spans
+    whose parent chain does not reach the root are not part of the trajectory and are
+    ignored. A span that never ended is clipped at ``end_open_at`` (the root's end) when
+    given, else ignored.
     """
-    by_id = {s.span_id: s for s in spans}
+    by_id: dict[int, SpanTuple] = {}
     # memo: span id -> (reaches root, has a phase ancestor strictly below the root)
     memo: dict[int, tuple[bool, bool]] = {root_span_id: (True, False)}
 
     def resolve(span_id: int) -> tuple[bool, bool]:
+        if not by_id:
+            by_id.update((s[0], s) for s in spans)
         chain = []
         cur: int | None = span_id
         result = (False, False)
@@ -93,25 +102,29 @@ def outermost_phases(
                 result = (False, False)
                 break
             chain.append(rec)
-            cur = rec.parent_id
+            cur = rec[1]
             if len(chain) > len(by_id):  # a cycle in malformed input
                 result = (False, False)
                 break
         reaches, under_phase = result
         for rec in reversed(chain):
-            under_phase = under_phase or rec.phase is not None
-            memo[rec.span_id] = (reaches, under_phase)
+            under_phase = under_phase or rec[4] is not None
+            memo[rec[0]] = (reaches, under_phase)
         return memo.get(span_id, result)
 
     out: list[PhaseInterval] = []
-    for rec in spans:
-        if rec.phase is None or rec.span_id == root_span_id or rec.parent_id is None:
+    add = out.append
+    new = tuple.__new__
+    for span_id, parent_id, start, end, phase in spans:
+        if phase is None or parent_id is None or span_id == root_span_id:
             continue
-        reaches, nested = resolve(rec.parent_id)
-        if not reaches or nested:
-            continue
-        end = rec.end_ns if rec.end_ns is not None else end_open_at
+        if parent_id != root_span_id:  # a child of the root is outermost (the usual case)
+            reaches, nested = resolve(parent_id)
+            if not reaches or nested:
+                continue
         if end is None:
-            continue
-        out.append(PhaseInterval(rec.phase, rec.start_ns, end))
+            end = end_open_at
+            if end is None:
+                continue
+        add(new(PhaseInterval, (phase, start, end)))
     return out

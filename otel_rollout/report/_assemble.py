@@ -17,7 +17,7 @@ from pathlib import Path
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.span_tree import SpanRecord, breakdown_from_tree
+from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
 from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
@@ -33,7 +33,9 @@ from otel_rollout.report._model import (
     MAX_LISTED,
     RawSpan,
     ReadResult,
+    Row,
     TrajectoryTrace,
+    row_of,
 )
 
 #: Spans read after a trajectory's root before its trace is finished.
@@ -44,11 +46,14 @@ MAX_BUFFERED_SPANS = 200_000
 REMEMBERED_TRACES = 200_000
 
 
+_NEVER = float("inf")
+
+
 class _Trace:
     __slots__ = ("engine", "has_phase", "inverted_root", "ready_at", "records", "roots")
 
     def __init__(self) -> None:
-        self.records: dict[int, SpanRecord] = {}
+        self.records: dict[int, SpanTuple] = {}  # (id, parent, start, end, phase)
         #: span id -> (name, engine timings) of spans carrying them (waits: llm split)
         self.engine: dict[int, tuple[str, tuple[int, int, int]]] = {}
         self.roots: list[RawSpan] = []
@@ -84,68 +89,108 @@ class TraceAssembler:
         self._done: OrderedDict[str, None] = OrderedDict()
         self._buffered = 0
         self._seen = 0
+        self._due = _NEVER  # _seen at which the first trace in _ready is finished
         #: The most spans held at once so far (bounded by ``max_buffered_spans``).
         self.peak_buffered_spans = 0
 
     def add(self, span: RawSpan) -> None:
-        if span.name == IN_FLIGHT_SPAN and span.parent_id is None:
-            return  # a writer's in-flight record (``otel-rollout top``), not a trajectory's
+        self.add_rows((row_of(span),))
+
+    def add_rows(self, rows: Iterable[Row]) -> None:
+        """Feed spans as :data:`Row` s (what the fast reader gives; :func:`row_of` for a
+        :class:`RawSpan`): the same checks and counts as :meth:`add` one at a time."""
         result = self._result
-        self._seen += 1
-        result.spans += 1
-        if not span.start_ns or span.start_ns <= 0:
-            result.lose(LOSS_MISSING_START)
-            return
-        if span.end_ns is None or span.end_ns <= 0:
-            result.lose(LOSS_MISSING_END)
-            return
-        tid = span.trace_id
-        if span.end_ns < span.start_ns:
-            if A.TRAJECTORY_ID in span.attributes and tid not in self._done:
-                result.lose(LOSS_INVERTED_ROOT)
-                trace = self._open.get(tid)
+        opened = self._open
+        done = self._done
+        trajectory_id = A.TRAJECTORY_ID
+        seen = self._seen
+        counted = 0
+        limit = self._max
+        due = self._due  # reloaded after each call that may change it
+        try:
+            for tid, span_id, parent_id, name, start, end, phase, span in rows:
+                if parent_id is None and name == IN_FLIGHT_SPAN:
+                    continue  # a writer's in-flight record (``otel-rollout top``)
+                seen += 1
+                counted += 1
+                if not start or start <= 0:
+                    result.lose(LOSS_MISSING_START)
+                    continue
+                if end is None or end <= 0:
+                    result.lose(LOSS_MISSING_END)
+                    continue
+                if end < start:
+                    if span is not None and trajectory_id in span.attributes and tid not in done:
+                        result.lose(LOSS_INVERTED_ROOT)
+                        trace = opened.get(tid)
+                        if trace is None:
+                            trace = opened[tid] = _Trace()
+                        trace.inverted_root = True
+                    else:
+                        result.lose(LOSS_INVERTED)
+                    continue
+                if tid in done:
+                    result.lose(LOSS_LATE)
+                    continue
+                trace = opened.get(tid)
                 if trace is None:
-                    trace = self._open[tid] = _Trace()
-                trace.inverted_root = True
-            else:
-                result.lose(LOSS_INVERTED)
-            return
-        if tid in self._done:
-            result.lose(LOSS_LATE)
-            return
-        trace = self._open.get(tid)
-        if trace is None:
-            trace = self._open[tid] = _Trace()
-        if span.span_id in trace.records:
-            result.lose(LOSS_DUPLICATE)
-            return
-        record = SpanRecord.from_span(span)
-        trace.records[span.span_id] = record
-        self._buffered += 1
-        timings = engine_ns(span.attributes)
+                    trace = opened[tid] = _Trace()
+                records = trace.records
+                if span_id in records:
+                    result.lose(LOSS_DUPLICATE)
+                    continue
+                records[span_id] = (span_id, parent_id, start, end, phase)
+                buffered = self._buffered = self._buffered + 1
+                if span is not None:
+                    self._seen = seen
+                    self._whole_span(tid, trace, span, phase)
+                    due = self._due
+                elif phase is not None:
+                    trace.has_phase = True
+                if seen >= due:
+                    self._seen = seen
+                    self._finish_ready()
+                    due = self._due
+                    buffered = self._buffered
+                if buffered > limit:
+                    while self._buffered > limit and opened:
+                        self._finish_trace(next(iter(opened)), cut=True)
+                    due = self._due
+                    buffered = self._buffered
+                if buffered > self.peak_buffered_spans:
+                    self.peak_buffered_spans = buffered
+        finally:
+            self._seen = seen
+            result.spans += counted
+
+    def _whole_span(self, tid: str, trace: _Trace, span: RawSpan, phase: str | None) -> None:
+        """What a span's other attributes say: engine timings, a root, a batch."""
+        attributes = span.attributes
+        timings = engine_ns(attributes)
         if timings is not None:
             trace.engine[span.span_id] = (span.name, timings)
-        if A.TRAJECTORY_ID in span.attributes:
+        if A.TRAJECTORY_ID in attributes:
             trace.roots.append(span)
             trace.ready_at = self._seen
             self._ready.pop(tid, None)
             self._ready[tid] = None
-        elif record.phase is not None:
+            self._set_due()
+        elif phase is not None:
             trace.has_phase = True
-        elif A.BATCH_ID in span.attributes and len(result.batches) < MAX_BATCHES:
-            result.batches[str(span.attributes[A.BATCH_ID])] = batch_span(span)
-        self._finish_ready()
-        while self._buffered > self._max and self._open:
-            old = next(iter(self._open))
-            self._finish_trace(old, cut=True)
-        if self._buffered > self.peak_buffered_spans:
-            self.peak_buffered_spans = self._buffered
+        elif A.BATCH_ID in attributes and len(self._result.batches) < MAX_BATCHES:
+            self._result.batches[str(attributes[A.BATCH_ID])] = batch_span(span)
 
     def finish(self) -> ReadResult:
         """Finish every trace still held (the end of the input)."""
         for tid in list(self._open):
             self._finish_trace(tid)
         return self._result
+
+    def _set_due(self) -> None:
+        """When the first trace waiting after its root is due (``_ready`` is in the order
+        of ``ready_at``: a root moves its trace to the end)."""
+        ready = self._ready
+        self._due = self._open[next(iter(ready))].ready_at + self._window if ready else _NEVER
 
     def _finish_ready(self) -> None:
         while self._ready:
@@ -159,6 +204,7 @@ class TraceAssembler:
         self._ready.pop(tid, None)
         self._buffered -= len(trace.records)
         self._done[tid] = None
+        self._set_due()
         if len(self._done) > REMEMBERED_TRACES:
             self._done.popitem(last=False)
         result = self._result
@@ -171,6 +217,8 @@ class TraceAssembler:
                     result.incomplete.append(tid)
             return  # or another service's trace
         records = list(trace.records.values())
+        # records are plain tuples (cheaper than SpanRecords); the engine's reader wants those
+        full = [SpanRecord._make(r) for r in records] if trace.engine else records
         for root in trace.roots:
             bd, phases = breakdown_from_tree(
                 trace.records[root.span_id],
@@ -179,7 +227,7 @@ class TraceAssembler:
                 error=root.status_code is StatusCode.ERROR,
                 trace_id=tid,
                 bands=self._bands,
-                engine=engine_from_tree(root.span_id, records, trace.engine),
+                engine=engine_from_tree(root.span_id, full, trace.engine),
             )
             result.found += 1
             err = root.attributes.get("error.type")
@@ -196,17 +244,16 @@ def breakdowns_from_spans(
     """Group spans by trace and recompute each trajectory's breakdown (same functions)."""
     result = result or ReadResult()
     assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
-    for s in spans:
-        assembler.add(s)
+    assembler.add_rows(map(row_of, spans))
     return assembler.finish()
 
 
 def read_trace_file(path: str | Path, *, bands: Mapping[str, str] | None = None) -> ReadResult:
     """Breakdowns of every trajectory in an OTLP JSON lines file (kept in the result)."""
-    from otel_rollout.report._files import iter_file_spans
+    from otel_rollout.report._files import iter_file_rows
 
     result = ReadResult()
     assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
-    for s in iter_file_spans(path, result):
-        assembler.add(s)
+    for rows in iter_file_rows(path, result):
+        assembler.add_rows(rows)
     return assembler.finish()

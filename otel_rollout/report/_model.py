@@ -8,6 +8,7 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
+from otel_rollout.attributes import PHASE as PHASE_KEY
 
 
 class TraceReadError(ValueError):
@@ -29,6 +30,20 @@ class RawSpan:
     service: str | None = None
     #: the writer's ``rollout.run.id`` resource attribute, where it has one
     run_id: str | None = None
+
+
+#: A span as the assembler takes it: (trace id, span id, parent id, name, start ns, end ns
+#: or None, phase or None, the whole :class:`RawSpan` or None). The whole span is there
+#: when the assembler reads more of its attributes than the phase (a trajectory root, a
+#: batch span, engine timings); None says it has none of those.
+Row = tuple[str, int, int | None, str | None, int, int | None, str | None, RawSpan | None]
+
+
+def row_of(span: RawSpan) -> Row:
+    """A span as ``TraceAssembler.add_rows`` takes it."""
+    phase = (span.attributes or {}).get(PHASE_KEY)
+    return (span.trace_id, span.span_id, span.parent_id, span.name, span.start_ns,
+            span.end_ns, None if phase is None else str(phase), span)  # fmt: skip
 
 
 @dataclass

@@ -1,23 +1,33 @@
 """OTLP JSON lines decoded straight into typed records: the report's fast path.
 
 ``msgspec`` decodes a trace-file line against the OTLP JSON shape below without building a
-dict per object, about 2.5x faster than the standard library's ``json.loads``, and the
-spans are made from those records. The shape is strict: a line with anything the general
-reader (:mod:`._documents`) would treat differently (another document kind, a field of an
-unexpected JSON type, a missing id, no spans at all, as in a loss record) is not decoded
-here, :func:`typed_spans` answers None and the line goes the general way, so both ways
-give the same spans, warnings and losses. ``tests/report/test_report_fast_path.py`` checks
-they agree; keep :func:`_spans` in step with ``_documents._otlp_spans``.
+dict per object; its structs are not tracked by the cyclic collector (they hold no
+cycles). The shape is strict: a line with anything the general reader (:mod:`._documents`)
+would treat differently (another document kind, a field of an unexpected JSON type, a
+span id not 16 hex digits, no spans at all, as in a loss record) is not decoded here, and
+a value the general reader would fail to convert (an ``intValue`` ``int()`` does not take)
+fails the line here too, even where the report does not use it: :func:`typed_rows` /
+:func:`typed_spans` answer None and the line goes the general way, so both ways give the
+same spans, warnings and losses.
+``tests/report/test_report_fast_path.py`` checks they agree; keep :func:`_resources` and
+:func:`_rows` in step with ``_documents._otlp_spans``.
+
+:func:`typed_rows` is what the report reads with: a :data:`~._model.Row` per span, and a
+whole :class:`RawSpan` only for the few spans whose attributes the assembler reads
+(roots, batch spans, spans with engine timings); the attributes of the others are only
+looked at for their phase.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
+from otel_rollout import attributes as A
 from otel_rollout.report._documents import RUN_ID, _decode_id
-from otel_rollout.report._model import RawSpan
+from otel_rollout.report._model import RawSpan, Row
 
 try:
     import msgspec
@@ -27,48 +37,53 @@ except ImportError:  # pragma: no cover - the general reader does it all
     Struct = object  # type: ignore[assignment,misc]
 
 _UNSET: Any = object()
+#: Attributes that make the assembler read a span's others (see the module).
+WHOLE_SPAN_KEYS = frozenset({
+    A.TRAJECTORY_ID, A.BATCH_ID,
+    A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE,
+})  # fmt: skip
 
 if msgspec is not None:
 
-    class _Array(Struct):
+    class _Array(Struct, gc=False):
         values: list[_Value] = []  # noqa: RUF012 (msgspec copies defaults)
 
-    class _Value(Struct):
+    class _Value(Struct, gc=False):
         stringValue: str | UnsetType = UNSET
-        intValue: str | int | UnsetType = UNSET
+        intValue: int | str | UnsetType = UNSET
         doubleValue: float | str | UnsetType = UNSET
         boolValue: bool | UnsetType = UNSET
         arrayValue: _Array | UnsetType = UNSET
 
-    class _KeyValue(Struct):
+    class _KeyValue(Struct, gc=False):
         key: str
         value: _Value | UnsetType = UNSET
 
-    class _Status(Struct):
+    class _Status(Struct, gc=False):
         code: Any = None
 
-    class _Span(Struct):
+    class _Span(Struct, gc=False):
         traceId: str
         spanId: str
         parentSpanId: str | None = None
         name: str | UnsetType | None = UNSET
-        startTimeUnixNano: str | int | None = None
-        endTimeUnixNano: str | int | None = None
+        startTimeUnixNano: int | str | None = None
+        endTimeUnixNano: int | str | None = None
         attributes: list[_KeyValue] | None = None
         status: _Status | None = None
 
-    class _ScopeSpans(Struct):
+    class _ScopeSpans(Struct, gc=False):
         spans: list[_Span] | None = None
 
-    class _Resource(Struct):
+    class _Resource(Struct, gc=False):
         attributes: list[_KeyValue] | None = None
 
-    class _ResourceSpans(Struct):
+    class _ResourceSpans(Struct, gc=False):
         resource: _Resource | UnsetType = UNSET
         scopeSpans: list[_ScopeSpans] | UnsetType | None = UNSET
         instrumentationLibrarySpans: Raw | UnsetType = UNSET
 
-    class _Document(Struct):
+    class _Document(Struct, gc=False):
         resourceSpans: list[_ResourceSpans] | UnsetType | None = UNSET
         batches: Raw | UnsetType = UNSET
         data: Raw | UnsetType = UNSET
@@ -92,70 +107,110 @@ def _value(v: Any) -> Any:
     return None
 
 
-def _attrs(kvs: list[Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in kvs or ():
-        v = kv.value
-        if v is UNSET:
-            out[kv.key] = None
-        elif v.stringValue is not UNSET:
-            out[kv.key] = v.stringValue
-        else:
-            out[kv.key] = _value(v)
-    return out
-
-
-def _spans(doc: Any) -> list[RawSpan]:
-    out: list[RawSpan] = []
-    error = StatusCode.ERROR
-    # a trace id comes back on every span of its trajectory, a root's span id on each of
-    # its children: decoded once per line
-    traces: dict[str, str] = {}
-    parents: dict[str | None, int | None] = {}
-    for rs in doc.resourceSpans or ():
-        if rs.scopeSpans is UNSET and rs.instrumentationLibrarySpans is not UNSET:
-            raise _Unusual
-        res = rs.resource
-        resource = _attrs(res.attributes) if res is not UNSET else {}
-        service = resource.get("service.name")
-        run_id = resource.get(RUN_ID)
-        run = None if run_id is None else str(run_id)
-        for ss in rs.scopeSpans or ():
-            for sp in ss.spans or ():
-                raw = sp.parentSpanId
-                parent_id = parents.get(raw, _UNSET)
-                if parent_id is _UNSET:
-                    parent = _decode_id(raw, 16)
-                    parent_id = parents[raw] = int(parent, 16) if parent else None
-                end = int(sp.endTimeUnixNano or 0)
-                code = sp.status.code if sp.status is not None else None
-                trace_id = traces.get(sp.traceId)
-                if trace_id is None:
-                    trace_id = traces[sp.traceId] = _decode_id(sp.traceId, 32)
-                out.append(
-                    RawSpan(
-                        trace_id=trace_id,
-                        span_id=int(_decode_id(sp.spanId, 16), 16),
-                        parent_id=parent_id,
-                        name="" if sp.name is UNSET else sp.name,
-                        start_ns=int(sp.startTimeUnixNano or 0),
-                        end_ns=end or None,
-                        attributes=_attrs(sp.attributes),
-                        status_code=error if code in (2, "STATUS_CODE_ERROR") else None,
-                        service=service,
-                        run_id=run,
-                    )
-                )
-    return out
+def _attrs(values: dict[str, Any]) -> dict[str, Any]:
+    """Attribute values (``key -> _Value``, the last of a repeated key) as the general
+    reader has them."""
+    return {k: None if v is UNSET else _value(v) for k, v in values.items()}
 
 
 class _Unusual(Exception):
     """A line the general reader should take."""
 
 
-def typed_spans(line: bytes) -> list[RawSpan] | None:
-    """The spans of one OTLP JSON line, or None: not decodable here (see the module), or
-    no spans (a loss record, an empty batch): the general reader takes it then."""
+def _resources(doc: Any) -> Iterator[tuple[str | None, str | None, list[Any]]]:
+    """(service, run id, spans) of each resource of a decoded line."""
+    for rs in doc.resourceSpans or ():
+        if rs.scopeSpans is UNSET and rs.instrumentationLibrarySpans is not UNSET:
+            raise _Unusual
+        res = rs.resource
+        kvs = res.attributes if res is not UNSET else None
+        resource = _attrs({kv.key: kv.value for kv in kvs or ()})
+        service = resource.get("service.name")
+        run_id = resource.get(RUN_ID)
+        run = None if run_id is None else str(run_id)
+        for ss in rs.scopeSpans or ():
+            yield service, run, ss.spans or ()
+
+
+def _raw_span(sp: Any, trace_id: str, span_id: int, parent_id: int | None,
+              values: dict[str, Any], service: str | None, run: str | None) -> RawSpan:  # fmt: skip
+    code = sp.status.code if sp.status is not None else None
+    end = int(sp.endTimeUnixNano or 0)
+    return RawSpan(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_id=parent_id,
+        name="" if sp.name is UNSET else sp.name,
+        start_ns=int(sp.startTimeUnixNano or 0),
+        end_ns=end or None,
+        attributes=_attrs(values),
+        status_code=StatusCode.ERROR if code in (2, "STATUS_CODE_ERROR") else None,
+        service=service,
+        run_id=run,
+    )
+
+
+def _rows(doc: Any, whole: bool) -> list[Any]:
+    """Rows (``whole``: :class:`RawSpan` s) of a decoded line; raises where the general
+    reader would fail or read it otherwise."""
+    out: list[Any] = []
+    add = out.append
+    phase_key = A.PHASE
+    keys = WHOLE_SPAN_KEYS
+    fromhex = bytes.fromhex
+    from_bytes = int.from_bytes
+    # a trace id comes back on every span of its trajectory, a root's span id on each of
+    # its children: decoded once per line
+    traces: dict[str, str] = {}
+    parents: dict[str | None, int | None] = {}
+    for service, run, spans in _resources(doc):
+        for sp in spans:
+            raw = sp.parentSpanId
+            parent_id = parents.get(raw, _UNSET)
+            if parent_id is _UNSET:
+                parent = _decode_id(raw, 16)
+                parent_id = parents[raw] = int(parent, 16) if parent else None
+            trace_id = traces.get(sp.traceId)
+            if trace_id is None:
+                trace_id = traces[sp.traceId] = _decode_id(sp.traceId, 32)
+            span_hex = sp.spanId
+            span_bytes = fromhex(span_hex)  # hex digits only: else the general reader's
+            if len(span_hex) != 16 or len(span_bytes) != 8:
+                raise _Unusual
+            span_id = from_bytes(span_bytes)
+            values: dict[str, Any] = {}
+            for kv in sp.attributes or ():
+                v = values[kv.key] = kv.value
+                if v is not UNSET and v.stringValue is UNSET:
+                    # int() or float() fails here as in the general reader
+                    number = v.intValue
+                    if number is UNSET:
+                        _value(v)
+                    elif number.__class__ is str:
+                        int(number)
+            end = int(sp.endTimeUnixNano or 0) or None
+            start = int(sp.startTimeUnixNano or 0)
+            if whole:
+                add(_raw_span(sp, trace_id, span_id, parent_id, values, service, run))
+                continue
+            phase = values.get(phase_key)
+            if phase is not None:
+                if phase is UNSET:
+                    phase = None
+                elif phase.stringValue is not UNSET:
+                    phase = phase.stringValue
+                else:
+                    phase = _value(phase)
+                    phase = None if phase is None else str(phase)
+            span = None
+            if not keys.isdisjoint(values):
+                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
+            add((trace_id, span_id, parent_id, "" if sp.name is UNSET else sp.name,
+                 start, end, phase, span))  # fmt: skip
+    return out
+
+
+def _decode(line: bytes, whole: bool) -> list[Any] | None:
     if msgspec is None:
         return None
     try:
@@ -164,7 +219,18 @@ def typed_spans(line: bytes) -> list[RawSpan] | None:
             x is not UNSET for x in (doc.batches, doc.data, doc.trace, doc.result)
         ):
             return None
-        spans = _spans(doc)
+        out = _rows(doc, whole)
     except Exception:  # the general reader says what is wrong, or reads it its way
         return None
-    return spans or None
+    return out or None
+
+
+def typed_rows(line: bytes) -> list[Row] | None:
+    """The rows of one OTLP JSON line, or None: not decodable here (see the module), or
+    no spans (a loss record, an empty batch): the general reader takes it then."""
+    return _decode(line, False)
+
+
+def typed_spans(line: bytes) -> list[RawSpan] | None:
+    """The spans of one OTLP JSON line, or None as for :func:`typed_rows`."""
+    return _decode(line, True)

@@ -15,8 +15,15 @@ from typing import Any
 
 from otel_rollout.report._assemble import TraceAssembler
 from otel_rollout.report._documents import parse_document
-from otel_rollout.report._files import Warn, iter_file_spans
-from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError, TrajectoryTrace
+from otel_rollout.report._files import Warn, iter_file_rows
+from otel_rollout.report._model import (
+    RawSpan,
+    ReadResult,
+    Row,
+    TraceReadError,
+    TrajectoryTrace,
+    row_of,
+)
 
 #: Jaeger's query service looks back this far when a search names no start (its default).
 JAEGER_LOOKBACK_NS = 2 * 24 * 3600 * 10**9
@@ -193,14 +200,15 @@ def expand(sources: Iterable[str]) -> list[str]:
     return out
 
 
-def _spans(sources: Sequence[str], service: str | None, result: ReadResult,
-           warn: Warn | None, since: int | None = None,
-           until: int | None = None) -> Iterator[RawSpan]:  # fmt: skip
+def _row_lists(sources: Sequence[str], service: str | None, result: ReadResult,
+               warn: Warn | None, since: int | None = None,
+               until: int | None = None) -> Iterator[list[Row]]:  # fmt: skip
+    """The spans of every source as the assembler takes them, a list at a time."""
     for source in sources:
         if is_url(source):
-            yield from _url_spans(source, service, since, until)
+            yield [row_of(s) for s in _url_spans(source, service, since, until)]
         else:
-            yield from iter_file_spans(source, result, warn)
+            yield from iter_file_rows(source, result, warn)
 
 
 def read_sources(
@@ -237,8 +245,8 @@ def read_sources(
                 skipped(t)
 
     assembler = TraceAssembler(keep, result, bands=bands)
-    for span in _spans(expand(sources), service, result, warn, since, until):
-        assembler.add(span)
+    for rows in _row_lists(expand(sources), service, result, warn, since, until):
+        assembler.add_rows(rows)
     return assembler.finish()
 
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_rollout import SpanRecord, compute_breakdown, outermost_phases
+from otel_rollout._accounting.span_tree import breakdown_from_tree
 from otel_rollout.attributes import ALL_BANDS, BANDS
 
 MS = 1_000_000
@@ -102,6 +103,12 @@ def test_outermost_phases_ignores_spans_not_under_the_root_and_clips_open_spans(
     open_step = SpanRecord(8, 1, 70, None, "env")
     assert outermost_phases(1, [root, stranger, open_step]) == []
     assert outermost_phases(1, [root, stranger, open_step], end_open_at=100) == [("env", 70, 100)]
+
+
+def test_a_root_that_names_itself_its_parent_is_not_its_own_phase():
+    root = SpanRecord(1, 1, 0, 100, "env")
+    step = SpanRecord(2, 1, 10, 60, "env")
+    assert outermost_phases(1, [root, step]) == [("env", 10, 60)]
 
 
 @st.composite
@@ -293,3 +300,18 @@ def test_bands_match_a_nanosecond_by_nanosecond_count(seed):
         expected[band] += 1
     assert {k: b.nanos[k] for k in expected} == expected
     assert b.nanos["finish_session"] == outside and b.nanos["e2e"] == end - start - outside
+
+
+@given(span_trees(), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_plain_tuples_give_what_span_records_give(tree, open_at):
+    """The report's assembler keeps spans as plain tuples of SpanRecord's fields."""
+    _, end, records = tree
+    clip = end if open_at else None
+    tuples = [tuple(r) for r in records]
+    assert outermost_phases(1, tuples, end_open_at=clip) == outermost_phases(
+        1, records, end_open_at=clip
+    )
+    got, phases = breakdown_from_tree(tuples[0], tuples, {})
+    want, want_phases = breakdown_from_tree(records[0], records, {})
+    assert (got.nanos, phases) == (want.nanos, want_phases)

@@ -16,7 +16,8 @@ from otel_rollout import configure
 from otel_rollout.cli import main
 from otel_rollout.report import _files
 from otel_rollout.report._documents import parse_document
-from otel_rollout.report._otlp_typed import typed_spans
+from otel_rollout.report._model import row_of
+from otel_rollout.report._otlp_typed import WHOLE_SPAN_KEYS, typed_rows, typed_spans
 
 
 def _write_run(folder, n=40):
@@ -50,6 +51,19 @@ def _same(a, b):
         assert repr(x) == repr(y)  # repr: a NaN attribute equals itself this way
 
 
+def _same_rows(rows, spans):
+    """The fast reader's rows are the general reader's spans as rows; a row without its
+    whole span is one whose attributes the assembler reads no further than the phase."""
+    assert len(rows) == len(spans)
+    for row, span in zip(rows, spans, strict=True):
+        expected = row_of(span)
+        assert repr(row[:7]) == repr(expected[:7])
+        if row[7] is None:
+            assert WHOLE_SPAN_KEYS.isdisjoint(span.attributes)
+        else:
+            assert repr(row[7]) == repr(span)
+
+
 def test_every_line_of_a_real_trace_file_reads_the_same_both_ways(tmp_path):
     lines = [ln for p in _write_run(tmp_path) for ln in p.read_bytes().splitlines() if ln]
     fast = 0
@@ -58,7 +72,10 @@ def test_every_line_of_a_real_trace_file_reads_the_same_both_ways(tmp_path):
         if spans is not None:
             fast += 1
             _same(spans, _general(line))
+            _same_rows(typed_rows(line), _general(line))
     assert fast >= 1 and sum(len(_general(ln)) for ln in lines) > 40 * 8
+    rows = [r for ln in lines for r in typed_rows(ln) or ()]
+    assert any(r[7] is None for r in rows) and any(r[7] is not None for r in rows)
 
 
 def _line(span=None, resource=None, **doc):
@@ -112,6 +129,30 @@ ODD = {
     "a number as a key": {"attributes": [{"key": 5, "value": {"stringValue": "v"}}]},
     "a string as an int": {"attributes": [{"key": "k", "value": {"boolValue": "yes"}}]},
     "a bad id": {"spanId": "not an id!"},
+    "a 0x span id": {"spanId": "0x00f067aa0ba902"},
+    "a span id with spaces": {"spanId": "00f067aa 0ba902b"},
+    "an upper-case span id": {"spanId": "B7AD6B7169203331"},
+    "an unused bad int": {"attributes": [{"key": "n", "value": {"intValue": "many"}}]},
+    "an unused bad double": {"attributes": [{"key": "d", "value": {"doubleValue": "x"}}]},
+    "a bad int in an array": {
+        "attributes": [{"key": "a", "value": {"arrayValue": {"values": [{"intValue": "x"}]}}}]
+    },
+    "an int with underscores": {"attributes": [{"key": "n", "value": {"intValue": "1_000"}}]},
+    "a string zero end": {"endTimeUnixNano": "0"},
+    "a phase not a string": {"attributes": [{"key": "rollout.phase", "value": {"intValue": 7}}]},
+    "a repeated key": {
+        "attributes": [
+            {"key": "rollout.phase", "value": {"stringValue": "env"}},
+            {"key": "rollout.phase", "value": {"stringValue": "llm"}},
+        ]
+    },
+    "a trajectory root": {
+        "parentSpanId": None,
+        "attributes": [{"key": "rollout.trajectory.id", "value": {"stringValue": "t"}}],
+    },
+    "engine timings": {
+        "attributes": [{"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": 0.5}}]
+    },
 }
 
 
@@ -126,6 +167,10 @@ def test_odd_lines_read_the_same_both_ways(case):
     spans = typed_spans(line)
     if spans is not None:
         _same(spans, expected)
+    rows = typed_rows(line)
+    assert (rows is None) == (spans is None)
+    if rows is not None:
+        _same_rows(rows, expected)
 
 
 @pytest.mark.parametrize("doc", [
@@ -133,6 +178,7 @@ def test_odd_lines_read_the_same_both_ways(case):
 ])  # fmt: skip
 def test_other_documents_go_to_the_general_reader(doc):
     assert typed_spans(_line(**doc)) is None
+    assert typed_rows(_line(**doc)) is None
 
 
 @pytest.mark.parametrize("line", [
@@ -145,6 +191,7 @@ def test_other_documents_go_to_the_general_reader(doc):
 ])  # fmt: skip
 def test_lines_without_spans_or_odd_go_to_the_general_reader(line):
     assert typed_spans(line) is None
+    assert typed_rows(line) is None
 
 
 def test_a_nan_double_reads_as_nan():
@@ -161,10 +208,15 @@ def test_a_report_is_the_same_to_the_nanosecond_with_the_fast_reader_on_and_off(
     tmp_path, capsys, monkeypatch
 ):
     files = _write_run(tmp_path, n=60)
+    first = files[0].read_bytes().splitlines()[0]
     with files[0].open("ab") as f:  # a bad line and an odd one among the good ones
         f.write(b"not json\n" + _line({"startTimeUnixNano": 1.7e18}) + b"\n")
+        f.write(first + b"\n")  # every span again: late ones, or duplicates
+        f.write(_line({"endTimeUnixNano": "1600000000000000000"}) + b"\n")  # inverted
+        f.write(_line({"endTimeUnixNano": None}) + b"\n")  # no end
     fast = _report(files, capsys)
+    monkeypatch.setattr(_files, "typed_rows", lambda line: None)
     monkeypatch.setattr(_files, "typed_spans", lambda line: None)
     general = _report(files, capsys)
     assert fast == general
-    assert fast["trajectories"] == 60 and fast["losses"]
+    assert fast["trajectories"] == 60 and len(fast["losses"]) >= 4, fast["losses"]
