@@ -9,9 +9,11 @@ packed :data:`CHUNK` to a tuple that the collector stops tracking with its recor
 walks a deque of a few hundred chunks.
 
 The exporter's thread moves chunks into the queue, oldest first, after each export
-(:meth:`Backlog.move`), so the queue never runs dry while the backlog holds spans. The
-lock guards a list append and a few pops, never a write: a hung disk blocks the
-exporter's thread in ``write()`` with the lock free.
+(:meth:`Backlog.move`), so the queue never runs dry while the backlog holds spans; a span
+that ends while fewer than :data:`BACKLOG_ABOVE` wait moves whatever a race left behind
+first. ``force_flush`` and ``shutdown`` move it all. The lock guards a list append and a
+few pops, never a write: a hung disk blocks the exporter's thread in ``write()`` with
+the lock free.
 """
 
 from __future__ import annotations

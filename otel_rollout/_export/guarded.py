@@ -243,12 +243,14 @@ class _CountingBatchProcessor(SpanProcessor):
         if full:
             self._dropped_full(1)
             return
+        backlog = self._backlog
+        if backlog is not None and pending < BACKLOG_ABOVE and len(backlog):
+            # the queue drained while records were still added (a race with the
+            # exporter's thread, which moves them after each export): they go first
+            backlog.move(BACKLOG_ABOVE)
         if self._compact is not None and pending >= COMPACT_ABOVE:  # see COMPACT_ABOVE
             record = self._compact(span)
-            backlog = self._backlog
-            # behind the records already held, so spans leave in the order they ended
-            held = backlog is not None and (pending >= BACKLOG_ABOVE or len(backlog) > 0)
-            if held and backlog.add(record):  # type: ignore[union-attr]
+            if pending >= BACKLOG_ABOVE and backlog.add(record):  # type: ignore[union-attr]
                 return
             if record is not span:
                 self._emit(record)

@@ -22,6 +22,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from otel_rollout._export.backlog import BACKLOG_ABOVE, CHUNK, Backlog
 from otel_rollout._export.guarded import guarded_batch_processor
+from otel_rollout._export.otlp_compact import compact_span
 from otel_rollout._export.tracefile import RotatingTraceFile
 
 
@@ -141,3 +142,22 @@ def test_what_waited_is_written_as_the_official_encoder_writes_it(tmp_path):
     ours = _spans_of(lines)
     assert len(ours) == n
     assert ours == _spans_of([official])
+
+
+def test_records_a_race_left_in_the_backlog_go_out_with_the_next_span(tmp_path):
+    # the exporter's thread moved everything and its queue drained just as a span was
+    # added: the next span to end, finding few waiting, moves it first
+    capture = InMemorySpanExporter()
+    go, proc, tracer = _pipeline(tmp_path, capture)
+    go.set()
+    _end_spans(tracer, 1)
+    (first,) = capture.get_finished_spans()
+    assert proc.force_flush(60_000)
+    with proc._counts.lock:
+        proc._counts.stats.pending += 1
+    assert proc._backlog.add(compact_span(first))
+    _end_spans(tracer, 1, start=1)
+    assert len(proc._backlog) == 0
+    assert proc.force_flush(60_000)
+    proc.shutdown()
+    assert proc.stats.exported == 3 and proc.stats.pending == 0
