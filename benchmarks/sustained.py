@@ -13,9 +13,10 @@ breakdowns are drained, as a trainer does each step. At the end: the queue's gro
 warm-up, spans dropped, RSS after warm-up against the end, the worst figures after
 warm-up with the load average, and what the file holds.
 
-``--hung-disk`` makes every trace-file write wait (a disk that stopped answering): the
-queue fills, then spans are dropped and counted, and the figures show what that costs the
-agent loop (the worst trajectory, the worst collection).
+``--hung-disk`` makes every trace-file write wait (a disk that stopped answering: the
+writer's thread blocks in the write, holding the writer's lock): the queue fills, then
+spans are dropped and counted, and the figures show what that costs the agent loop (the
+worst trajectory, the worst collection).
 
     python benchmarks/sustained.py [--rate 1000] [--seconds 60] [--hung-disk]
 """
@@ -80,17 +81,18 @@ class GcPauses:
 
 
 def hang_disk() -> threading.Event:
-    """Every trace-file export waits until the returned event is set."""
+    """Every trace-file write waits until the returned event is set: where a write to a
+    disk that stopped answering blocks, the writer's lock and the file's lock held."""
     from otel_rollout._export.tracefile import RotatingTraceFile
 
     go = threading.Event()
-    real = RotatingTraceFile.export
+    real = RotatingTraceFile._write_whole
 
-    def export(self, spans):
+    def write_whole(self, data):
         go.wait()
-        return real(self, spans)
+        return real(self, data)
 
-    RotatingTraceFile.export = export  # type: ignore[method-assign]
+    RotatingTraceFile._write_whole = write_whole  # type: ignore[method-assign]
     return go
 
 

@@ -216,7 +216,7 @@ class _CountingBatchProcessor(SpanProcessor):
             self._release.release()
         backlog = self._backlog
         if backlog is not None and len(backlog):
-            backlog.move(BACKLOG_ABOVE - len(self._queue))  # type: ignore[arg-type]
+            backlog.move(BACKLOG_ABOVE - len(self._queue))
 
     def _offer(self, spans: Sequence[ReadableSpan], *, kept: bool) -> None:
         spans = [s for s in spans if s.context.trace_flags.sampled]
