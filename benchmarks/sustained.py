@@ -56,6 +56,7 @@ class GcPauses:
         self._start = 0.0
         self.worst = 0.0
         self.full = 0
+        self.total = 0.0  # CPU seconds in collections so far
         self.by_gen = [0.0, 0.0, 0.0]
         gc.callbacks.append(self._on)
 
@@ -70,6 +71,7 @@ class GcPauses:
         g = info["generation"]
         self.by_gen[g] = max(self.by_gen[g], took)
         self.full += g == 2
+        self.total += took
 
     def take(self) -> float:
         worst, self.worst = self.worst, 0.0
@@ -111,6 +113,10 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
     next_print = every
     done = 0
     worst_traj = worst_own = 0.0
+    # after warm-up, the trajectory longest less its waits for a core: (that, wall, CPU,
+    # CPU in collections, waits for a core)
+    worst_parts = (0.0, 0.0, 0.0, 0.0, 0.0)
+    warm_from = min(10.0, seconds / 3)
     rows = []
     print(f"{'t s':>5} {'queued':>8} {'exported':>10} {'dropped':>8} {'RSS MiB':>8} "
           f"{'worst traj ms':>13} {'less wait':>9} {'GC CPU ms':>9} {'full GCs':>8}")  # fmt: skip
@@ -120,6 +126,8 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
             break
         for _ in range(per_slice):
             w = waited()
+            g = pauses.total
+            cpu = time.thread_time()
             t = time.perf_counter()
             with tracer.trajectory(f"t{done}", env="bench", model="m") as traj:
                 with traj.generate():
@@ -127,8 +135,12 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
                 with traj.env_step():
                     pass
             took = time.perf_counter() - t
+            cpu = time.thread_time() - cpu
+            wait = (waited() - w) / 1e9
             worst_traj = max(worst_traj, took)
-            worst_own = max(worst_own, took - (waited() - w) / 1e9)
+            worst_own = max(worst_own, took - wait)
+            if took - wait > worst_parts[0] and now >= warm_from:
+                worst_parts = (took - wait, took, cpu, pauses.total - g, wait)
             done += 1
             if done % rate == 0:  # a training step: the trainer takes its breakdowns
                 rollout.collector.drain()
@@ -151,7 +163,7 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
         gate.set()
     rollout.shutdown(120)
     s = rollout.export_stats
-    warm = [r for r in rows if r[0] >= min(10.0, seconds / 3)]
+    warm = [r for r in rows if r[0] >= warm_from]
     print(f"trajectories {done} in {elapsed:.1f} s ({done / elapsed:.0f}/s), spans "
           f"{3 * done}; exported {s.exported}, dropped {s.dropped}")  # fmt: skip
     if warm:
@@ -165,6 +177,10 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
               + "/".join(f"{g * 1e3:.1f}" for g in pauses.by_gen) + " ms), "
               f"{sum(r[8] for r in warm)} full collections; load average "
               f"{load_start:.1f} -> {load_end:.1f}")  # fmt: skip
+        _, wall, cpu, in_gc, wait = (x * 1e3 for x in worst_parts)
+        print(f"that trajectory: {wall:.1f} ms wall = {cpu:.1f} ms CPU ({in_gc:.1f} in "
+              f"collections) + {wait:.1f} waiting for a core + {max(0.0, wall - cpu - wait):.1f} "
+              f"blocked (a lock, the GIL, a sleep)")  # fmt: skip
     files = sorted(str(p) for p in folder.rglob("*.jsonl"))
     res = read_sources(files)
     print(f"the trace file holds {res.found} trajectories; losses {res.all_losses()}")
