@@ -172,7 +172,7 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
             f"{max(r[1] for r in warm)}), RSS {warm[0][4]:.1f} -> {warm[-1][4]:.1f} MiB"
         )
         print(f"worst trajectory {max(r[5] for r in warm) * 1e3:.1f} ms wall, "
-              f"{max(r[7] for r in warm) * 1e3:.1f} ms less its waits for a core; worst "
+              f"{worst_parts[0] * 1e3:.1f} ms less its waits for a core; worst "
               f"collection {max(r[6] for r in warm) * 1e3:.1f} ms CPU (gen 0/1/2: "
               + "/".join(f"{g * 1e3:.1f}" for g in pauses.by_gen) + " ms), "
               f"{sum(r[8] for r in warm)} full collections; load average "
