@@ -167,7 +167,9 @@ class _CountingBatchProcessor(SpanProcessor):
         # Tail-kept traces that do not fit wait here, whole, for room (None: no buffer).
         self._release: KeptRelease | None = None
         if kept_release is not None:
-            self._release = KeptRelease(counts, self._kept_max, kept_release, self._batch.on_end)
+            # what it holds and releases is compacted as the queue's own spans are
+            self._release = KeptRelease(counts, self._kept_max, kept_release,
+                                        self._release_one, self._compact)  # fmt: skip
         if self._release is not None or self._backlog is not None:
             counts.after_export = self._after_export
 
@@ -243,19 +245,35 @@ class _CountingBatchProcessor(SpanProcessor):
         if full:
             self._dropped_full(1)
             return
+        self._put(span, pending)
+
+    def _release_one(self, span: Any) -> None:
+        """A span (or compact record) tail keep released, counted in ``pending``."""
+        backlog = self._backlog
+        if backlog is None:
+            self._batch.on_end(span)
+        else:
+            self._put(span, len(self._queue) + len(backlog))  # type: ignore[arg-type]
+
+    def _put(self, span: Any, pending: int) -> None:
+        """Hand ``span`` (or its compact record), counted in ``pending``, to the queue,
+        ``pending`` spans waiting ahead of it: past COMPACT_ABOVE as a record, past
+        BACKLOG_ABOVE into the backlog."""
         backlog = self._backlog
         if backlog is not None and pending < BACKLOG_ABOVE and len(backlog):
             # the queue drained while records were still added (a race with the
             # exporter's thread, which moves them after each export): they go first
             backlog.move(BACKLOG_ABOVE)
-        if self._compact is not None and pending >= COMPACT_ABOVE:  # see COMPACT_ABOVE
-            record = self._compact(span)
+        record = span
+        if self._compact is not None and (pending >= COMPACT_ABOVE or type(span) is tuple):
+            if type(span) is not tuple:  # see COMPACT_ABOVE
+                record = self._compact(span)
             if pending >= BACKLOG_ABOVE and backlog.add(record):  # type: ignore[union-attr]
                 return
-            if record is not span:
+            if type(record) is tuple:
                 self._emit(record)
                 return
-        self._batch.on_end(span)
+        self._batch.on_end(record)
 
     def _dropped_closed(self, n: int) -> bool:
         """Count ``n`` spans ending after shutdown() as lost; False if it was not called."""

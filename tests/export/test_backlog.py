@@ -161,3 +161,56 @@ def test_records_a_race_left_in_the_backlog_go_out_with_the_next_span(tmp_path):
     assert proc.force_flush(60_000)
     proc.shutdown()
     assert proc.stats.exported == 3 and proc.stats.pending == 0
+
+
+class _KeepTraces:
+    """Hands each group of ``size`` ended spans to ``proc`` as one tail-kept trace."""
+
+    def __init__(self, proc, size: int) -> None:
+        self.proc, self.size, self.spans = proc, size, []
+
+    def on_start(self, span, parent_context=None):
+        pass
+
+    def _on_ending(self, span):
+        pass
+
+    def on_end(self, span):
+        self.spans.append(span)
+        if len(self.spans) == self.size:
+            self.proc.on_end_kept_trace(self.spans)
+            self.spans = []
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+def test_tail_kept_traces_waiting_for_a_hung_writer_are_held_as_untracked_records(tmp_path):
+    # below 100% sampling, what does not fit the queue waits in the release FIFO
+    go = threading.Event()
+    proc = guarded_batch_processor(_HungFile(tmp_path / "t.jsonl", go), target="t",
+                                   max_queue_size=4_000, kept_release=100_000)  # fmt: skip
+    provider = TracerProvider(resource=Resource({"service.name": "b"}), shutdown_on_exit=False)
+    provider.add_span_processor(_KeepTraces(proc, 10))
+    tracer = provider.get_tracer("scope", "1")
+    try:
+        _end_spans(tracer, 6_000)  # the queue full, the FIFO begun
+        gc.collect()
+        before = len(gc.get_objects())
+        _end_spans(tracer, 5_000, start=6_000)
+        gc.collect()
+        grown = len(gc.get_objects()) - before
+        assert proc.stats.held >= 5_000
+        # held as spans, each would be about ten tracked objects (50,000 here)
+        assert grown < 500, grown
+    finally:
+        go.set()
+    assert proc.force_flush(60_000)
+    proc.shutdown()
+    stats = proc.stats
+    assert stats.dropped == 0 and stats.exported == 11_000 and stats.held == 0
+    lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_bytes().splitlines()]
+    assert len({s[2]["spanId"] for s in _spans_of(lines)}) == 11_000
