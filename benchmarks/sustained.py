@@ -122,6 +122,16 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
           f"{'worst traj ms':>13} {'less wait':>9} {'GC CPU ms':>9} {'full GCs':>8}")  # fmt: skip
     while True:
         now = time.perf_counter() - start
+        if now >= next_print or now >= seconds:  # the last slice too
+            s = rollout.export_stats
+            row = (now, s.pending, s.exported, s.dropped, rss_mib(), worst_traj, pauses.take(),
+                   worst_own, pauses.take_full())  # fmt: skip
+            rows.append(row)
+            print(f"{row[0]:5.0f} {row[1]:8d} {row[2]:10d} {row[3]:8d} {row[4]:8.1f} "
+                  f"{row[5] * 1e3:13.1f} {row[7] * 1e3:9.1f} {row[6] * 1e3:9.1f} "
+                  f"{row[8]:8d}")  # fmt: skip
+            worst_traj = worst_own = 0.0
+            next_print += every
         if now >= seconds:
             break
         for _ in range(per_slice):
@@ -144,16 +154,6 @@ def run(rate: int, seconds: float, every: float, hung: bool, folder: Path) -> in
             done += 1
             if done % rate == 0:  # a training step: the trainer takes its breakdowns
                 rollout.collector.drain()
-        if now >= next_print:
-            s = rollout.export_stats
-            row = (now, s.pending, s.exported, s.dropped, rss_mib(), worst_traj, pauses.take(),
-                   worst_own, pauses.take_full())  # fmt: skip
-            rows.append(row)
-            print(f"{row[0]:5.0f} {row[1]:8d} {row[2]:10d} {row[3]:8d} {row[4]:8.1f} "
-                  f"{row[5] * 1e3:13.1f} {row[7] * 1e3:9.1f} {row[6] * 1e3:9.1f} "
-                  f"{row[8]:8d}")  # fmt: skip
-            worst_traj = worst_own = 0.0
-            next_print += every
         lag = (done / rate) - (time.perf_counter() - start)
         if lag > 0:
             time.sleep(lag)
