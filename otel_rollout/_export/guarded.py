@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from otel_rollout import attributes as A
 from otel_rollout._base.bounded import BoundedCall
 from otel_rollout._base.quiet import _quiet, _quiet_loggers_of
+from otel_rollout._export.backlog import BACKLOG_ABOVE, Backlog
 from otel_rollout._export.counts import (
     REASON_AFTER_SHUTDOWN,
     REASON_EXPORT_FAILED,
@@ -40,9 +41,10 @@ _log = logging.getLogger("otel_rollout.export")
 
 #: Spans waiting in the queue beyond which an exporter taking compact records (the trace
 #: file) gets those instead of spans: a record costs the agent thread a little to make,
-#: and spares the garbage collector a queue of span objects; below this the queue is
-#: too short for its collections to matter.
-COMPACT_ABOVE = 2048
+#: and spares the garbage collector a queue of span objects (about ten tracked objects a
+#: span); the queue of a writer that keeps up stays below this. Past
+#: ``backlog.BACKLOG_ABOVE`` they wait in chunks (:class:`~.backlog.Backlog`).
+COMPACT_ABOVE = 512
 
 #: How long ``shutdown()`` of the batch processor spends exporting held kept traces at
 #: most (``Rollout.shutdown(timeout_s)`` bounds it further).
@@ -151,17 +153,25 @@ class _CountingBatchProcessor(SpanProcessor):
         # otlp_compact.compact_span) has them queued instead once the queue is long.
         inner = getattr(exporter, "_inner", exporter)
         self._compact = getattr(inner, "compact", None)
-        self._emit = getattr(getattr(self._batch, "_batch_processor", None), "emit", None)
-        if self._emit is None:  # an SDK without it: spans are queued as they are
-            self._compact = None
+        inner_batch = getattr(self._batch, "_batch_processor", None)
+        self._emit = getattr(inner_batch, "emit", None)
+        self._queue = getattr(inner_batch, "_queue", None)
+        if self._emit is None or self._queue is None:  # an SDK without them: spans are
+            self._compact = None  # queued as they are
+        # Past BACKLOG_ABOVE waiting, records wait in chunks behind the queue; the
+        # exporter's thread moves them in after each export.
+        self._backlog = Backlog(self._emit) if self._compact is not None else None
         # The SDK's force_flush exports the whole queue in the caller's thread, whatever
         # its timeout: run on a thread of its own, the caller waits at most the timeout.
         self._flush_queue = BoundedCall(lambda _: self._batch.force_flush(), "otel-rollout-flush")
         # Tail-kept traces that do not fit wait here, whole, for room (None: no buffer).
         self._release: KeptRelease | None = None
         if kept_release is not None:
-            self._release = KeptRelease(counts, self._kept_max, kept_release, self._batch.on_end)
-            counts.after_export = self._release.release
+            # what it holds and releases is compacted as the queue's own spans are
+            self._release = KeptRelease(counts, self._kept_max, kept_release,
+                                        self._release_one, self._compact)  # fmt: skip
+        if self._release is not None or self._backlog is not None:
+            counts.after_export = self._after_export
 
     @property
     def stats(self) -> ExportStats:
@@ -201,6 +211,15 @@ class _CountingBatchProcessor(SpanProcessor):
         if self._release is not None and self._release.held:
             self._release.release()
 
+    def _after_export(self) -> None:
+        """Room in the queue (an export took a batch): held kept traces and the backlog
+        move in."""
+        if self._release is not None and self._release.held:
+            self._release.release()
+        backlog = self._backlog
+        if backlog is not None and len(backlog):
+            backlog.move(BACKLOG_ABOVE - len(self._queue))
+
     def _offer(self, spans: Sequence[ReadableSpan], *, kept: bool) -> None:
         spans = [s for s in spans if s.context.trace_flags.sampled]
         if not spans or self._dropped_closed(len(spans)):
@@ -226,12 +245,35 @@ class _CountingBatchProcessor(SpanProcessor):
         if full:
             self._dropped_full(1)
             return
-        if self._compact is not None and pending >= COMPACT_ABOVE:  # see COMPACT_ABOVE
-            record = self._compact(span)
-            if record is not span:
+        self._put(span, pending)
+
+    def _release_one(self, span: Any) -> None:
+        """A span (or compact record) tail keep released, counted in ``pending``."""
+        backlog = self._backlog
+        if backlog is None:
+            self._batch.on_end(span)
+        else:
+            self._put(span, len(self._queue) + len(backlog))  # type: ignore[arg-type]
+
+    def _put(self, span: Any, pending: int) -> None:
+        """Hand ``span`` (or its compact record), counted in ``pending``, to the queue,
+        ``pending`` spans waiting ahead of it: past COMPACT_ABOVE as a record, past
+        BACKLOG_ABOVE into the backlog."""
+        backlog = self._backlog
+        if backlog is not None and pending < BACKLOG_ABOVE and len(backlog):
+            # the queue drained while records were still added (a race with the
+            # exporter's thread, which moves them after each export): they go first
+            backlog.move(BACKLOG_ABOVE)
+        record = span
+        if self._compact is not None and (pending >= COMPACT_ABOVE or type(span) is tuple):
+            if type(span) is not tuple:  # see COMPACT_ABOVE
+                record = self._compact(span)
+            if pending >= BACKLOG_ABOVE and backlog.add(record):  # type: ignore[union-attr]
+                return
+            if type(record) is tuple:
                 self._emit(record)
                 return
-        self._batch.on_end(span)
+        self._batch.on_end(record)
 
     def _dropped_closed(self, n: int) -> bool:
         """Count ``n`` spans ending after shutdown() as lost; False if it was not called."""
@@ -274,6 +316,8 @@ class _CountingBatchProcessor(SpanProcessor):
         self._drain_kept(SHUTDOWN_DRAIN_S)
         with self._counts.lock:
             self._counts.closed = True
+        if self._backlog is not None:  # the batch processor exports its queue at shutdown
+            self._backlog.close()
         self._batch.shutdown()
         if self._release is not None:  # the drain ran out of time
             n = self._release.abandon()
@@ -301,6 +345,8 @@ class _CountingBatchProcessor(SpanProcessor):
         """Export what is queued and held; False when ``timeout_millis`` ran out first (the
         export goes on in the background, the next call waits for it)."""
         start = time.monotonic()
+        if self._backlog is not None and len(self._backlog):  # the queue then is not empty
+            self._backlog.move(BACKLOG_ABOVE)
         self._drain_kept(timeout_millis / 1000)
         ok = self._flush_queue(max(0.0, timeout_millis / 1000 - (time.monotonic() - start)))
         if self._release is not None and self._release.held:

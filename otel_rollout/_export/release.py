@@ -38,12 +38,17 @@ class KeptRelease:
     ``counts``: the queue's ``ExportCounts`` (its lock guards ``stats.pending``, ``held`` and
     ``dropped_kept_overflow``); ``queue_max``: the queue's bound in spans; ``max_spans``:
     this FIFO's bound (0: no FIFO, a kept trace that does not fit is dropped);
-    ``enqueue(span)``: hands one span, already counted in ``pending``, to the queue.
+    ``enqueue(span)``: hands one span, already counted in ``pending``, to the queue;
+    ``compact(span)``, if given, what to hold instead of a span (a compact record, which
+    ``enqueue`` then takes: see ``otlp_compact``), so that a FIFO of a hundred thousand
+    spans is not millions of objects for the garbage collector to walk.
     """
 
     def __init__(self, counts: Any, queue_max: int, max_spans: int,
-                 enqueue: Callable[[ReadableSpan], None]) -> None:  # fmt: skip
+                 enqueue: Callable[[Any], None],
+                 compact: Callable[[ReadableSpan], Any] | None = None) -> None:  # fmt: skip
         self._counts = counts
+        self._compact = compact
         self._queue_max = queue_max
         self.max_spans = max(0, int(max_spans))
         self._enqueue = enqueue
@@ -79,7 +84,7 @@ class KeptRelease:
                 c.stats.pending += n
             elif c.stats.held + n <= self.max_spans:
                 outcome = "held"
-                self._held.extend(spans)
+                self._held.extend(spans if self._compact is None else map(self._compact, spans))
                 c.stats.held += n
             elif not kept:
                 return False

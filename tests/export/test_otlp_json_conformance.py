@@ -227,8 +227,26 @@ def test_the_garbage_collector_stops_tracking_a_compact_record():
     record = compact_span(span)
     gc.collect()
     assert gc.is_tracked(span)
-    for _ in range(3):  # each collection untracks one more level of nested tuples
+    for _ in range(2):  # a sequence value is a tuple in the record: a level more
         gc.collect()
+    assert not gc.is_tracked(record)
+
+
+def test_a_compact_record_is_untracked_at_the_first_collection_that_sees_it():
+    # one flat tuple, events and links included: a record holding tuples stayed tracked
+    # through a collection per level of them, long enough to reach the oldest generation
+    import gc
+
+    otlp_compact._SOURCES[:] = []
+    otlp_compact._SOURCE_INDEX.clear()
+    (span,) = _make([({"k": "v"}, "")], [("s", None, None)], [{
+        "name": "n", "kind": SpanKind.INTERNAL, "attributes": {"a": 1, "b": "x"},
+        "parent": (5, 6, True, []), "events": [("e", {"k": 1.5}, 3)],
+        "links": [(7, 8, False, {"l": True})], "status": StatusCode.ERROR,
+        "description": "d", "start": 1, "length": 1, "tracer": 0}])  # fmt: skip
+    record = compact_span(span)
+    assert gc.is_tracked(record)
+    gc.collect()
     assert not gc.is_tracked(record)
 
 
