@@ -97,13 +97,15 @@ class _PhaseScope:
 
     def __enter__(self) -> Any:
         traj = self._traj
-        # Outside this trajectory's context (an executor thread that lost the context), or
-        # with another trajectory's span current (its phase open in this task), parent
-        # explicitly to the root so the span still belongs to this trajectory.
-        ctx = None
-        if (
+        ctx = otel_context.get_current()
+        # The root's own context is current (the usual case: no phase open): the parent
+        # is the root. Else, outside this trajectory's context (an executor thread that
+        # lost the context), or with another trajectory's span current (its phase open in
+        # this task), parent explicitly to the root so the span still belongs to this
+        # trajectory.
+        if ctx is not traj._ctx and (
             _CURRENT.get() is not traj
-            or trace.get_current_span().get_span_context().trace_id != traj._trace_int
+            or trace.get_current_span(ctx).get_span_context().trace_id != traj._trace_int
         ):
             ctx = traj._ctx
         span = self._start(ctx)

@@ -30,6 +30,9 @@ _log = logging.getLogger("otel_rollout")
 BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
 _PHASE = A.PHASE
+_PHASE_LLM = A.PHASE_LLM
+#: A SpanContext is a tuple: its span id by index, not through the property (a call).
+_SPAN_ID = 1
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
@@ -168,23 +171,27 @@ class BreakdownProcessor(SpanProcessor):
     # --- SpanProcessor ----------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            raw = _plain_attributes(span)
+            try:  # the SDK span's fields: its properties are Python calls, and this runs
+                raw = span._attributes._dict  # type: ignore[attr-defined]  # for every span
+                parent, ctx, start = span._parent, span._context, span._start_time
+            except AttributeError:
+                raw, parent = span.attributes or _EMPTY, span.parent
+                ctx, start = span.get_span_context(), span.start_time
             if _TRAJECTORY_ID in raw:
                 self._start_root(span)
                 return
-            parent = span.parent
             if parent is None:
                 return
-            entry = self._open.get(parent.span_id)
+            entry = self._open.get(parent[_SPAN_ID])
             if entry is None:
                 return
             traj, outer, _ = entry
             if outer is None:
                 phase = raw.get(_PHASE)
-                new = (traj, None, None) if phase is None else (traj, phase, span.start_time)
+                new = (traj, None, None) if phase is None else (traj, phase, start)
             else:
                 new = (traj, outer, None)
-            sid = span.context.span_id
+            sid = ctx[_SPAN_ID]
             with self._lock:
                 if traj.root_id in self._trajs:
                     self._open[sid] = new
@@ -206,7 +213,10 @@ class BreakdownProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            sid = span.context.span_id
+            try:  # the SDK span's fields, as in on_start
+                sid, end_time = span._context[_SPAN_ID], span._end_time
+            except AttributeError:
+                sid, end_time = span.context.span_id, span.end_time
             with self._lock:
                 entry = self._open.pop(sid, None)
                 if entry is None:
@@ -218,13 +228,13 @@ class BreakdownProcessor(SpanProcessor):
                         code = self._phase_codes.get(phase)
                         if code is None:
                             code = self._code(phase)
-                        traj.phases.extend((code, top_start, span.end_time))
-                        if phase == A.PHASE_LLM:
+                        traj.phases.extend((code, top_start, end_time))
+                        if phase == _PHASE_LLM:
                             part = engine_ns(_plain_attributes(span))
                             if part is not None:
                                 traj.engine = add_engine(traj.engine, part)
                     return
-                end = span.end_time or traj.start_ns
+                end = end_time or traj.start_ns
                 bd = traj.breakdown  # set by finish(), which ended the root: reuse it
                 phases = None if bd is not None else self._snapshot_locked(traj, end)
                 self._remove_locked(traj)
