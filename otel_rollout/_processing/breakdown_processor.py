@@ -37,6 +37,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
+#: Phase codes below this are the bands, in A.BANDS order (the first phase names).
+_N_BANDS = len(A.BANDS)
 #: Trajectories evicted for their age by one trajectory start, at most.
 _AGE_EVICTIONS = 64
 #: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
@@ -324,23 +326,32 @@ class BreakdownProcessor(SpanProcessor):
         return len(self._open)
 
     # --- internals ---------------------------------------------------------------------------
-    def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
-        """The trajectory's outermost phases; those still open are clipped at ``end_ns``."""
+    def _snapshot_locked(
+        self, traj: _Trajectory, end_ns: int
+    ) -> array[int] | list[tuple[str, int, int]]:
+        """The trajectory's outermost phases; those still open are clipped at ``end_ns``.
+        A copy of its flat triples when they are all ended band phases (the usual case),
+        which the accounting reads as they are."""
         flat = traj.phases
-        # (name, start, end) triples, unpacked in C: this runs once per trajectory
-        names = map(self._phase_names.__getitem__, flat[::3])
-        phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
+        late = []
         for sid in traj.open_ids:  # rare: phases still open at the root's end
             entry = self._open.get(sid)
             if entry is not None and entry[2] is not None:
-                phases.append((entry[1], entry[2], end_ns))
+                late.append((entry[1], entry[2], end_ns))
+        codes = flat[::3]
+        if not late and (not codes or max(codes) < _N_BANDS):  # codes below are the bands
+            return flat[:]
+        # (name, start, end) triples, unpacked in C: this runs once per trajectory
+        names = map(self._phase_names.__getitem__, codes)
+        phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
+        phases.extend(late)
         return phases
 
     def _compute(
         self,
         traj: _Trajectory,
         end_ns: int,
-        phases: list[tuple[str, int, int]],
+        phases: array[int] | list[tuple[str, int, int]],
         attrs: Mapping[str, Any],
         status_code: StatusCode | None,
     ) -> Breakdown:
