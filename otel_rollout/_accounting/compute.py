@@ -29,8 +29,7 @@ import dataclasses
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress, repeat
-from operator import eq, le, lt, sub
+from operator import le
 from types import MappingProxyType
 from typing import Any
 
@@ -214,34 +213,6 @@ def compute_breakdown(
     )  # fmt: skip
 
 
-def _sequential(start_ns: int, end_ns: int, flat: array) -> tuple[list[int], int, int] | None:
-    """(band lengths, turns, env steps) of flat (band index, start, end) triples when no
-    rule beyond plain sums applies: every phase is a band's, lasts more than nothing,
-    lies inside the root and overlaps no other (a sequential agent loop). Then each band is
-    the sum of its phases' lengths. None otherwise. Runs in C but for four sums."""
-    codes, starts, ends = flat[::3], flat[1::3], flat[2::3]
-    if not codes:
-        return [0, 0, 0, 0], 0, 0
-    if (
-        min(codes) < 0
-        or max(codes) > 3
-        or min(starts) < start_ns
-        or max(ends) > end_ns
-        or not all(map(lt, starts, ends))
-        or not _disjoint([], flat)
-    ):
-        return None
-    lengths = list(map(sub, ends, starts))
-    per_band = [sum(compress(lengths, map(eq, codes, repeat(idx)))) for idx in range(len(A.BANDS))]
-    return per_band, codes.count(0), codes.count(1)
-
-
-def _named(flat: array) -> list[tuple[str, int, int]]:
-    """Flat (band index, start, end) triples as (band, start, end)."""
-    names = map(A.BANDS.__getitem__, flat[::3])
-    return list(zip(names, flat[1::3], flat[2::3], strict=True))
-
-
 def _assemble(
     start_ns: int,
     end_ns: int,
@@ -311,7 +282,7 @@ def _assemble(
 def root_breakdown(
     start_ns: int,
     end_ns: int,
-    phases: Iterable[PhaseInterval | tuple[str, int, int]] | array,
+    phases: Iterable[PhaseInterval | tuple[str, int, int]],
     attributes: Mapping[str, Any],
     *,
     error: bool = False,
@@ -324,34 +295,53 @@ def root_breakdown(
 
     ``attributes`` are the root span's; ``error`` is whether its status code is ERROR;
     ``engine`` the engine's (queue, prefill, decode) ns summed over the generate calls.
-    ``phases`` may be an ``array("q")`` of flat (band index in
-    :data:`~otel_rollout.attributes.BANDS`, start, end) triples when they are all band
-    phases (the processor's): a sequential loop is then summed in C.
     """
     status, env_class, model, labels = root_labels(attributes, error)
-    fields: dict[str, Any] = {
-        "trajectory_id": str(attributes.get(A.TRAJECTORY_ID, "")),
-        "trace_id": trace_id,
-        "status": status,
-        "env_class": env_class,
-        "model": model,
-        "attributes": labels,
-        "batch_id": attributes.get(A.BATCH_ID),
-        "policy_version": attributes.get(A.POLICY_VERSION),
-        "reward": attributes.get(A.REWARD),
-    }
-    if isinstance(phases, array):
-        end_ns = max(start_ns, end_ns)
-        fast = None if bands else _sequential(start_ns, end_ns, phases)
-        if fast is not None:
-            lengths, turns, env_steps = fast
-            bd = _assemble(
-                start_ns, end_ns, lengths, lengths, phases[:], turns, env_steps, {}, 0, [], 0,
-                **fields,
-            )  # fmt: skip
-            return with_waits(bd, engine, loop_ns(attributes))
-        phases = _named(phases)
-    bd = compute_breakdown(start_ns, end_ns, phases, bands=bands, **fields)
+    bd = compute_breakdown(
+        start_ns,
+        end_ns,
+        phases,
+        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")),
+        trace_id=trace_id,
+        status=status,
+        env_class=env_class,
+        model=model,
+        bands=bands,
+        attributes=labels,
+        batch_id=attributes.get(A.BATCH_ID),
+        policy_version=attributes.get(A.POLICY_VERSION),
+        reward=attributes.get(A.REWARD),
+    )
+    return with_waits(bd, engine, loop_ns(attributes))
+
+
+def sequential_breakdown(
+    start_ns: int,
+    end_ns: int,
+    flat: array,
+    band_ns: Sequence[int],
+    attributes: Mapping[str, Any],
+    *,
+    error: bool = False,
+    trace_id: str = "",
+    engine: Sequence[int] | None = None,
+) -> Breakdown:
+    """:func:`root_breakdown` of a sequential agent loop, no band mapping, from what the
+    processor summed as its phases ended: ``flat`` (band index in
+    :data:`~otel_rollout.attributes.BANDS`, start, end) triples of band phases, none empty,
+    each starting at or after the previous one's end, all inside ``[start_ns, end_ns]``;
+    ``band_ns`` their lengths summed per band. Nothing overlaps and nothing is clipped, so
+    each band is its sum: the rules of :func:`compute_breakdown` give the same figures."""
+    status, env_class, model, labels = root_labels(attributes, error)
+    codes = flat[::3]
+    bands = list(band_ns)
+    bd = _assemble(
+        start_ns, end_ns, bands, bands, flat, codes.count(0), codes.count(1), {}, 0, [], 0,
+        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")), trace_id=trace_id,
+        status=status, env_class=env_class, model=model, attributes=labels,
+        batch_id=attributes.get(A.BATCH_ID), policy_version=attributes.get(A.POLICY_VERSION),
+        reward=attributes.get(A.REWARD),
+    )  # fmt: skip
     return with_waits(bd, engine, loop_ns(attributes))
 
 

@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._accounting.compute import root_breakdown
+from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
 from otel_rollout._accounting.waits import add_engine, engine_ns
 from otel_rollout._base import limits
 from otel_rollout._base.errors import internal_error
@@ -31,8 +31,13 @@ BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
 _PHASE = A.PHASE
 _PHASE_LLM = A.PHASE_LLM
+#: The engine's timings on a generate span (most have none: engine_ns is not called).
+_ENGINE_KEYS = frozenset((A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE))
 #: A SpanContext is a tuple: its span id by index, not through the property (a call).
 _SPAN_ID = 1
+#: A trajectory's phases at its end: (name, start, end) triples, or for a sequential loop
+#: its flat (band index, start, end) triples and the sums per band.
+_Phases = list[tuple[str, int, int]] | tuple[array, list[int]]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
@@ -64,8 +69,8 @@ def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
 
 class _Trajectory:
     __slots__ = (
-        "attrs", "breakdown", "engine", "initial", "open_ids", "phases", "root_id", "start_ns",
-        "trace_id",
+        "attrs", "breakdown", "engine", "initial", "last_end", "open_ids", "phases", "root_id",
+        "start_ns", "sums", "trace_id",
     )  # fmt: skip
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
@@ -83,6 +88,11 @@ class _Trajectory:
         self.open_ids: set[int] = set()
         self.breakdown: Breakdown | None = None
         self.engine: list[int] | None = None  # engine timings of its generate calls
+        #: while its phases are a sequential loop of band phases (each non-empty, starting
+        #: at or after the end of the one before, which ``last_end`` is): their lengths
+        #: summed per band, which are then the bands; None once they are not
+        self.sums: list[int] | None = [0] * _N_BANDS
+        self.last_end = start_ns
 
     @property
     def n_open(self) -> int:
@@ -217,8 +227,10 @@ class BreakdownProcessor(SpanProcessor):
         try:
             try:  # the SDK span's fields, as in on_start
                 sid, end_time = span._context[_SPAN_ID], span._end_time
+                raw = span._attributes._dict  # type: ignore[attr-defined]
             except AttributeError:
                 sid, end_time = span.context.span_id, span.end_time
+                raw = span.attributes or _EMPTY
             with self._lock:
                 entry = self._open.pop(sid, None)
                 if entry is None:
@@ -231,8 +243,15 @@ class BreakdownProcessor(SpanProcessor):
                         if code is None:
                             code = self._code(phase)
                         traj.phases.extend((code, top_start, end_time))
-                        if phase == _PHASE_LLM:
-                            part = engine_ns(_plain_attributes(span))
+                        sums = traj.sums
+                        if sums is not None:
+                            if code < _N_BANDS and traj.last_end <= top_start < end_time:
+                                sums[code] += end_time - top_start
+                                traj.last_end = end_time
+                            else:  # not a sequential loop: the general rules at the end
+                                traj.sums = None
+                        if phase == _PHASE_LLM and not _ENGINE_KEYS.isdisjoint(raw):
+                            part = engine_ns(raw)
                             if part is not None:
                                 traj.engine = add_engine(traj.engine, part)
                     return
@@ -326,23 +345,20 @@ class BreakdownProcessor(SpanProcessor):
         return len(self._open)
 
     # --- internals ---------------------------------------------------------------------------
-    def _snapshot_locked(
-        self, traj: _Trajectory, end_ns: int
-    ) -> array[int] | list[tuple[str, int, int]]:
+    def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> _Phases:
         """The trajectory's outermost phases; those still open are clipped at ``end_ns``.
-        A copy of its flat triples when they are all ended band phases (the usual case),
-        which the accounting reads as they are."""
+        For a sequential loop ended inside ``end_ns``, copies of its flat triples and
+        sums instead: no accounting rule beyond the sums applies."""
         flat = traj.phases
         late = []
         for sid in traj.open_ids:  # rare: phases still open at the root's end
             entry = self._open.get(sid)
             if entry is not None and entry[2] is not None:
                 late.append((entry[1], entry[2], end_ns))
-        codes = flat[::3]
-        if not late and (not codes or max(codes) < _N_BANDS):  # codes below are the bands
-            return flat[:]
+        if traj.sums is not None and not late and not self._bands and traj.last_end <= end_ns:
+            return flat[:], traj.sums[:]
         # (name, start, end) triples, unpacked in C: this runs once per trajectory
-        names = map(self._phase_names.__getitem__, codes)
+        names = map(self._phase_names.__getitem__, flat[::3])
         phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
         phases.extend(late)
         return phases
@@ -351,20 +367,28 @@ class BreakdownProcessor(SpanProcessor):
         self,
         traj: _Trajectory,
         end_ns: int,
-        phases: array[int] | list[tuple[str, int, int]],
+        phases: _Phases,
         attrs: Mapping[str, Any],
         status_code: StatusCode | None,
     ) -> Breakdown:
         merged = dict(traj.initial)
         merged.update(traj.attrs)
         merged.update(attrs)
+        error = status_code is StatusCode.ERROR
+        trace_id = format(traj.trace_id, "032x")
+        if isinstance(phases, tuple):  # a sequential loop: its sums are the bands
+            flat, sums = phases
+            return sequential_breakdown(
+                traj.start_ns, end_ns, flat, sums, merged, error=error, trace_id=trace_id,
+                engine=traj.engine,
+            )  # fmt: skip
         return root_breakdown(
             traj.start_ns,
             end_ns,
             phases,
             merged,
-            error=status_code is StatusCode.ERROR,
-            trace_id=format(traj.trace_id, "032x"),
+            error=error,
+            trace_id=trace_id,
             bands=self._bands,
             engine=traj.engine,
         )

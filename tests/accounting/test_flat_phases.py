@@ -1,4 +1,5 @@
-"""The processor's flat phase triples give the breakdown the named phases give."""
+"""A sequential loop's breakdown from the sums the processor keeps as phases end is the one
+the general rules give."""
 
 from __future__ import annotations
 
@@ -7,68 +8,64 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_rollout._accounting.compute import _sequential, root_breakdown
+from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
 from otel_rollout.attributes import BANDS
 
 MS = 1_000_000
 ROOT = {"rollout.trajectory.id": "t", "rollout.env.class": "e", "gen_ai.request.model": "m"}
 
 
-def both(start: int, end: int, triples: list[tuple[int, int, int]], **kw):
+def both(start: int, end: int, triples: list[tuple[int, int, int]]):
     flat = array("q", [x for t in triples for x in t])
+    sums = [0] * len(BANDS)
+    for code, s, e in triples:
+        sums[code] += e - s
     named = [(BANDS[code], s, e) for code, s, e in triples]
-    return root_breakdown(start, end, flat, ROOT, **kw), root_breakdown(
-        start, end, named, ROOT, **kw
+    return (
+        sequential_breakdown(start, end, flat, sums, ROOT, trace_id="ab"),
+        root_breakdown(start, end, named, ROOT, trace_id="ab"),
     )
 
 
-def sequential(n: int, *, gap: int = MS) -> list[tuple[int, int, int]]:
-    out, t = [], 0
-    for i in range(n):
-        out.append((i % 2 if 0 < i < n - 1 else (2 if i == 0 else 3), t, t + 3 * MS))
+def loop(turns: int, gap: int = MS) -> list[tuple[int, int, int]]:
+    codes = [2, *[c for _ in range(turns) for c in (0, 1)], 3]
+    out, t = [], gap
+    for code in codes:
+        out.append((code, t, t + 3 * MS))
         t += 3 * MS + gap
     return out
 
 
-def test_a_sequential_loop_is_summed_exactly():
-    triples = sequential(22)
-    assert _sequential(0, 100 * MS, array("q", [x for t in triples for x in t])) is not None
-    flat, named = both(0, 100 * MS, triples)
-    assert flat == named
-    assert flat.nanos["llm"] == 10 * 3 * MS and flat.turns == 10 and flat.env_steps == 10
-    assert sum(flat.nanos[b] for b in (*BANDS, "other")) == flat.nanos["e2e"] == 100 * MS
+def test_a_ten_turn_loop():
+    seq, general = both(0, 100 * MS, loop(10))
+    assert seq == general
+    assert seq.nanos["llm"] == 30 * MS and seq.turns == 10 and seq.env_steps == 10
+    assert sum(seq.nanos[b] for b in (*BANDS, "other")) == seq.nanos["e2e"] == 100 * MS
 
 
-def test_the_flat_phases_are_copied_not_kept():
-    triples = sequential(4)
-    flat = array("q", [x for t in triples for x in t])
-    bd = root_breakdown(0, 100 * MS, flat, ROOT)
-    flat.extend((0, 90 * MS, 95 * MS))
-    assert len(bd.intervals) == 12
+def test_touching_phases_and_no_phase():
+    assert both(0, 100 * MS, loop(3, gap=0))[0] == both(0, 100 * MS, loop(3, gap=0))[1]
+    seq, general = both(5, 5 + 7 * MS, [])
+    assert seq == general and seq.nanos["other"] == 7 * MS
 
 
-def test_overlap_clipping_zero_length_and_bands_take_the_general_rules():
-    cases = [
-        [(0, 0, 10 * MS), (1, 5 * MS, 20 * MS)],  # overlap: llm first
-        [(0, -5 * MS, 10 * MS)],  # starts before the root
-        [(1, 90 * MS, 120 * MS)],  # ends after it
-        [(0, 10 * MS, 10 * MS), (1, 20 * MS, 30 * MS)],  # zero length
-        [],
-    ]
-    for triples in cases:
-        flat, named = both(0, 100 * MS, triples)
-        assert flat == named, triples
-    flat, named = both(0, 100 * MS, sequential(6), bands={"env": "llm"})
-    assert flat == named and flat.nanos["env"] == 0
+def test_past_the_interval_limit_the_latest_are_kept():
+    seq, general = both(0, 10**6 * MS, loop(2100, gap=0))
+    assert seq == general
+    assert len(seq.intervals) == len(general.intervals) < 3 * len(loop(2100))
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 3), st.integers(-20, 120), st.integers(0, 40)), max_size=30),
-    st.integers(0, 50),
-    st.integers(50, 110),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(1, 9)), max_size=40),
+    st.integers(0, 5),
+    st.integers(0, 20),
 )
-def test_any_phases_give_the_same_breakdown(raw, start, end):
-    triples = [(code, s * MS, (s + d) * MS) for code, s, d in raw]
-    flat, named = both(start * MS, end * MS, triples)
-    assert flat == named
+def test_any_sequential_loop(raw, lead, tail):
+    triples, t = [], lead * MS
+    for code, gap, length in raw:
+        t += gap * MS
+        triples.append((code, t, t + length * MS))
+        t += length * MS
+    seq, general = both(0, t + tail * MS, triples)
+    assert seq == general
