@@ -141,7 +141,6 @@ def compute_breakdown(
     """
     if end_ns < start_ns:
         end_ns = start_ns
-    root = end_ns - start_ns
     phases = list(phases)
     follows: dict[int, str] | None = None  # built at the first wait (most have none)
     sums = [0, 0, 0, 0]
@@ -189,10 +188,8 @@ def compute_breakdown(
     nanos: dict[str, int] = {}
     if _disjoint(outside, kept):  # a sequential agent loop: nothing to take apart
         outside_len = sum(ce - cs for cs, ce in outside) if outside else 0
-        covered_len = outside_len
         for idx, band in enumerate(A.BANDS):
             nanos[band] = lengths[idx]
-            covered_len += lengths[idx]
     else:
         clipped: list[list[tuple[int, int]]] = [[], [], [], []]
         for k in range(0, len(kept), 3):
@@ -207,20 +204,57 @@ def compute_breakdown(
                 covered_len = new_len
             else:
                 nanos[band] = 0
+    return _assemble(
+        start_ns, end_ns, [nanos[band] for band in A.BANDS], sums, kept, turns, env_steps,
+        nanos, outside_len, queued, queue_sum,
+        trajectory_id=trajectory_id, trace_id=trace_id, status=status, env_class=env_class,
+        model=model, attributes=attributes, batch_id=batch_id, policy_version=policy_version,
+        reward=reward,
+    )  # fmt: skip
+
+
+def _assemble(
+    start_ns: int,
+    end_ns: int,
+    bands_ns: list[int],
+    sums: list[int],
+    kept: array,
+    turns: int,
+    env_steps: int,
+    nanos: dict[str, int],
+    outside_len: int,
+    queued: list[tuple[int, int]],
+    queue_sum: int,
+    *,
+    trajectory_id: str,
+    trace_id: str,
+    status: str,
+    env_class: str | None,
+    model: str | None,
+    attributes: Mapping[str, Any] | None,
+    batch_id: str | None,
+    policy_version: int | None,
+    reward: float | None,
+) -> Breakdown:
+    """The breakdown from the bands' nanoseconds (``bands_ns``, in :data:`A.BANDS` order)
+    and the rest of what :func:`compute_breakdown` gathered."""
     if len(kept) > 3 * MAX_INTERVALS:
         kept = _latest(kept)
-    nanos[A.BAND_OTHER] = root - covered_len
+    root = end_ns - start_ns
+    for band, ns in zip(A.BANDS, bands_ns, strict=True):
+        nanos[band] = ns
+    nanos[A.BAND_OTHER] = root - outside_len - sum(bands_ns)
     e2e = nanos["e2e"] = root - outside_len
-    nanos[A.PHASE_ENV_QUEUE] = _union_length(queued)
+    queue = nanos[A.PHASE_ENV_QUEUE] = _union_length(queued) if queued else 0
     nanos[A.PHASE_FINISH_SESSION] = outside_len
     return Breakdown(
         trajectory_id=trajectory_id,
         trace_id=trace_id,
         e2e=e2e * _NS,
-        llm=nanos[A.PHASE_LLM] * _NS,
-        env=nanos[A.PHASE_ENV] * _NS,
-        env_setup=nanos[A.PHASE_ENV_SETUP] * _NS,
-        env_teardown=nanos[A.PHASE_ENV_TEARDOWN] * _NS,
+        llm=bands_ns[0] * _NS,
+        env=bands_ns[1] * _NS,
+        env_setup=bands_ns[2] * _NS,
+        env_teardown=bands_ns[3] * _NS,
         other=nanos[A.BAND_OTHER] * _NS,
         llm_sum=sums[0] * _NS,
         env_sum=sums[1] * _NS,
@@ -238,7 +272,7 @@ def compute_breakdown(
         batch_id=None if batch_id is None else str(batch_id),
         policy_version=_int_or_none(policy_version),
         intervals=kept,
-        env_queue=nanos[A.PHASE_ENV_QUEUE] * _NS,
+        env_queue=queue * _NS,
         env_queue_sum=queue_sum * _NS,
         finish_session=outside_len * _NS,
         reward=_finite_or_none(reward),
@@ -278,6 +312,36 @@ def root_breakdown(
         policy_version=attributes.get(A.POLICY_VERSION),
         reward=attributes.get(A.REWARD),
     )
+    return with_waits(bd, engine, loop_ns(attributes))
+
+
+def sequential_breakdown(
+    start_ns: int,
+    end_ns: int,
+    flat: array,
+    band_ns: Sequence[int],
+    attributes: Mapping[str, Any],
+    *,
+    error: bool = False,
+    trace_id: str = "",
+    engine: Sequence[int] | None = None,
+) -> Breakdown:
+    """:func:`root_breakdown` of a sequential agent loop, no band mapping, from what the
+    processor summed as its phases ended: ``flat`` (band index in
+    :data:`~otel_rollout.attributes.BANDS`, start, end) triples of band phases, none empty,
+    each starting at or after the previous one's end, all inside ``[start_ns, end_ns]``;
+    ``band_ns`` their lengths summed per band. Nothing overlaps and nothing is clipped, so
+    each band is its sum: the rules of :func:`compute_breakdown` give the same figures."""
+    status, env_class, model, labels = root_labels(attributes, error)
+    codes = flat[::3]
+    bands = list(band_ns)
+    bd = _assemble(
+        start_ns, end_ns, bands, bands, flat, codes.count(0), codes.count(1), {}, 0, [], 0,
+        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")), trace_id=trace_id,
+        status=status, env_class=env_class, model=model, attributes=labels,
+        batch_id=attributes.get(A.BATCH_ID), policy_version=attributes.get(A.POLICY_VERSION),
+        reward=attributes.get(A.REWARD),
+    )  # fmt: skip
     return with_waits(bd, engine, loop_ns(attributes))
 
 

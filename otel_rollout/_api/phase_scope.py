@@ -57,6 +57,21 @@ def _detach(token: object) -> None:
         pass
 
 
+def _context_var() -> ContextVar[Any] | None:
+    """The ContextVar holding OpenTelemetry's current context under its default runtime
+    context, or None under another one. A phase reads, sets and resets it directly: the
+    API's ``get_current``, ``attach`` and ``detach`` are two Python calls each, which
+    every phase span would pay."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ != "ContextVarsRuntimeContext" or not isinstance(var, ContextVar):
+        return None
+    return var
+
+
+_OTEL_CONTEXT = _context_var()
+
+
 #: What a phase span needs to be read back as one, least needed first.
 _PHASE_KEYS = (A.TURN, A.PHASE)
 
@@ -97,19 +112,23 @@ class _PhaseScope:
 
     def __enter__(self) -> Any:
         traj = self._traj
-        # Outside this trajectory's context (an executor thread that lost the context), or
-        # with another trajectory's span current (its phase open in this task), parent
-        # explicitly to the root so the span still belongs to this trajectory.
-        ctx = None
-        if (
+        var = _OTEL_CONTEXT
+        ctx = var.get() if var is not None else otel_context.get_current()
+        # The root's own context is current (the usual case: no phase open): the parent
+        # is the root. Else, outside this trajectory's context (an executor thread that
+        # lost the context), or with another trajectory's span current (its phase open in
+        # this task), parent explicitly to the root so the span still belongs to this
+        # trajectory.
+        if ctx is not traj._ctx and (
             _CURRENT.get() is not traj
-            or trace.get_current_span().get_span_context().trace_id != traj._trace_int
+            or trace.get_current_span(ctx).get_span_context().trace_id != traj._trace_int
         ):
             ctx = traj._ctx
-        span = self._start(ctx)
+        span = traj._start_phase(self._name, ctx, self._kind, self._attrs, self._count, None)
         try:
-            handle = self._handle(span, self._traj._clock)
-            token = otel_context.attach(trace.set_span_in_context(span, ctx))
+            handle = self._handle(span, traj._clock)
+            inner = trace.set_span_in_context(span, ctx)
+            token = var.set(inner) if var is not None else otel_context.attach(inner)
             self._open.append((handle, token))
         except BaseException:
             span.end()
@@ -117,10 +136,10 @@ class _PhaseScope:
         return handle
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        entry = self._pop()
-        if entry is None:
+        opened = self._open
+        if not opened:
             return
-        handle, token = entry
+        handle, token = opened.pop() if len(opened) == 1 else self._pop(opened)
         span = handle.span
         try:
             if exc is not None:
@@ -131,22 +150,27 @@ class _PhaseScope:
             try:
                 if _loopstall.ACTIVE:
                     _loopstall.phase_ending(span)
-                if limits.dropped(span):  # past the attribute limit: the phase survives
+                # limits.dropped(span), without the call: past the attribute limit, the
+                # phase's own attributes are set again so that it survives
+                if getattr(getattr(span, "_attributes", None), "dropped", 0):
                     limits.keep(span, self._attrs, _PHASE_KEYS)
                 span.end(end_time=handle._clock())
             finally:
-                _detach(token)
+                if _OTEL_CONTEXT is None:
+                    _detach(token)
+                else:
+                    try:  # noqa: SIM105 (as in _detach)
+                        _OTEL_CONTEXT.reset(token)  # type: ignore[arg-type]
+                    except (ValueError, RuntimeError):  # exited in another context
+                        pass
 
-    def _pop(self) -> tuple[Phase, object] | None:
-        """The entry this context opened: its span is the current one (concurrent tasks)."""
-        opened = self._open
-        if not opened:
-            return None
-        if len(opened) > 1:
-            current = trace.get_current_span()
-            for i in range(len(opened) - 1, -1, -1):
-                if opened[i][0].span is current:
-                    return opened.pop(i)
+    def _pop(self, opened: list[tuple[Phase, object]]) -> tuple[Phase, object]:
+        """The entry this context opened, of several: its span is the current one
+        (concurrent tasks), else the latest."""
+        current = trace.get_current_span()
+        for i in range(len(opened) - 1, -1, -1):
+            if opened[i][0].span is current:
+                return opened.pop(i)
         return opened.pop()
 
     async def __aenter__(self) -> Any:

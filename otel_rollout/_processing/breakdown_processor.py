@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._accounting.compute import root_breakdown
+from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
 from otel_rollout._accounting.waits import add_engine, engine_ns
 from otel_rollout._base import limits
 from otel_rollout._base.errors import internal_error
@@ -30,10 +30,20 @@ _log = logging.getLogger("otel_rollout")
 BreakdownSink = Callable[[Breakdown], Any]
 _TRAJECTORY_ID = A.TRAJECTORY_ID
 _PHASE = A.PHASE
+_PHASE_LLM = A.PHASE_LLM
+#: The engine's timings on a generate span (most have none: engine_ns is not called).
+_ENGINE_KEYS = frozenset((A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE))
+#: A SpanContext is a tuple: its span id by index, not through the property (a call).
+_SPAN_ID = 1
+#: A trajectory's phases at its end: (name, start, end) triples, or for a sequential loop
+#: its flat (band index, start, end) triples and the sums per band.
+_Phases = list[tuple[str, int, int]] | tuple[array, list[int]]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 #: Distinct custom phase names remembered; beyond this they are accounted as one (other).
 _MAX_PHASE_NAMES = 1024
 _OVERFLOW_PHASE = "_custom"
+#: Phase codes below this are the bands, in A.BANDS order (the first phase names).
+_N_BANDS = len(A.BANDS)
 #: Trajectories evicted for their age by one trajectory start, at most.
 _AGE_EVICTIONS = 64
 #: The instrumentation scope of :class:`~otel_rollout.RolloutTracer`'s spans.
@@ -59,8 +69,8 @@ def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
 
 class _Trajectory:
     __slots__ = (
-        "attrs", "breakdown", "engine", "initial", "open_ids", "phases", "root_id", "start_ns",
-        "trace_id",
+        "attrs", "breakdown", "engine", "initial", "last_end", "open_ids", "phases", "root_id",
+        "start_ns", "sums", "trace_id",
     )  # fmt: skip
 
     def __init__(self, root_id: int, trace_id: int, start_ns: int, attrs: Any) -> None:
@@ -78,6 +88,11 @@ class _Trajectory:
         self.open_ids: set[int] = set()
         self.breakdown: Breakdown | None = None
         self.engine: list[int] | None = None  # engine timings of its generate calls
+        #: while its phases are a sequential loop of band phases (each non-empty, starting
+        #: at or after the end of the one before, which ``last_end`` is): their lengths
+        #: summed per band, which are then the bands; None once they are not
+        self.sums: list[int] | None = [0] * _N_BANDS
+        self.last_end = start_ns
 
     @property
     def n_open(self) -> int:
@@ -168,23 +183,27 @@ class BreakdownProcessor(SpanProcessor):
     # --- SpanProcessor ----------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            raw = _plain_attributes(span)
+            try:  # the SDK span's fields: its properties are Python calls, and this runs
+                raw = span._attributes._dict  # type: ignore[attr-defined]  # for every span
+                parent, ctx, start = span._parent, span._context, span._start_time
+            except AttributeError:
+                raw, parent = span.attributes or _EMPTY, span.parent
+                ctx, start = span.get_span_context(), span.start_time
             if _TRAJECTORY_ID in raw:
                 self._start_root(span)
                 return
-            parent = span.parent
             if parent is None:
                 return
-            entry = self._open.get(parent.span_id)
+            entry = self._open.get(parent[_SPAN_ID])
             if entry is None:
                 return
             traj, outer, _ = entry
             if outer is None:
                 phase = raw.get(_PHASE)
-                new = (traj, None, None) if phase is None else (traj, phase, span.start_time)
+                new = (traj, None, None) if phase is None else (traj, phase, start)
             else:
                 new = (traj, outer, None)
-            sid = span.context.span_id
+            sid = ctx[_SPAN_ID]
             with self._lock:
                 if traj.root_id in self._trajs:
                     self._open[sid] = new
@@ -206,7 +225,12 @@ class BreakdownProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            sid = span.context.span_id
+            try:  # the SDK span's fields, as in on_start
+                sid, end_time = span._context[_SPAN_ID], span._end_time
+                raw = span._attributes._dict  # type: ignore[attr-defined]
+            except AttributeError:
+                sid, end_time = span.context.span_id, span.end_time
+                raw = span.attributes or _EMPTY
             with self._lock:
                 entry = self._open.pop(sid, None)
                 if entry is None:
@@ -218,13 +242,20 @@ class BreakdownProcessor(SpanProcessor):
                         code = self._phase_codes.get(phase)
                         if code is None:
                             code = self._code(phase)
-                        traj.phases.extend((code, top_start, span.end_time))
-                        if phase == A.PHASE_LLM:
-                            part = engine_ns(_plain_attributes(span))
+                        traj.phases.extend((code, top_start, end_time))
+                        sums = traj.sums
+                        if sums is not None:
+                            if code < _N_BANDS and traj.last_end <= top_start < end_time:
+                                sums[code] += end_time - top_start
+                                traj.last_end = end_time
+                            else:  # not a sequential loop: the general rules at the end
+                                traj.sums = None
+                        if phase == _PHASE_LLM and not _ENGINE_KEYS.isdisjoint(raw):
+                            part = engine_ns(raw)
                             if part is not None:
                                 traj.engine = add_engine(traj.engine, part)
                     return
-                end = span.end_time or traj.start_ns
+                end = end_time or traj.start_ns
                 bd = traj.breakdown  # set by finish(), which ended the root: reuse it
                 phases = None if bd is not None else self._snapshot_locked(traj, end)
                 self._remove_locked(traj)
@@ -314,36 +345,50 @@ class BreakdownProcessor(SpanProcessor):
         return len(self._open)
 
     # --- internals ---------------------------------------------------------------------------
-    def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> list[tuple[str, int, int]]:
-        """The trajectory's outermost phases; those still open are clipped at ``end_ns``."""
+    def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> _Phases:
+        """The trajectory's outermost phases; those still open are clipped at ``end_ns``.
+        For a sequential loop ended inside ``end_ns``, copies of its flat triples and
+        sums instead: no accounting rule beyond the sums applies."""
         flat = traj.phases
-        # (name, start, end) triples, unpacked in C: this runs once per trajectory
-        names = map(self._phase_names.__getitem__, flat[::3])
-        phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
+        late = []
         for sid in traj.open_ids:  # rare: phases still open at the root's end
             entry = self._open.get(sid)
             if entry is not None and entry[2] is not None:
-                phases.append((entry[1], entry[2], end_ns))
+                late.append((entry[1], entry[2], end_ns))
+        if traj.sums is not None and not late and not self._bands and traj.last_end <= end_ns:
+            return flat[:], traj.sums[:]
+        # (name, start, end) triples, unpacked in C: this runs once per trajectory
+        names = map(self._phase_names.__getitem__, flat[::3])
+        phases = list(zip(names, flat[1::3], flat[2::3], strict=True))
+        phases.extend(late)
         return phases
 
     def _compute(
         self,
         traj: _Trajectory,
         end_ns: int,
-        phases: list[tuple[str, int, int]],
+        phases: _Phases,
         attrs: Mapping[str, Any],
         status_code: StatusCode | None,
     ) -> Breakdown:
         merged = dict(traj.initial)
         merged.update(traj.attrs)
         merged.update(attrs)
+        error = status_code is StatusCode.ERROR
+        trace_id = format(traj.trace_id, "032x")
+        if isinstance(phases, tuple):  # a sequential loop: its sums are the bands
+            flat, sums = phases
+            return sequential_breakdown(
+                traj.start_ns, end_ns, flat, sums, merged, error=error, trace_id=trace_id,
+                engine=traj.engine,
+            )  # fmt: skip
         return root_breakdown(
             traj.start_ns,
             end_ns,
             phases,
             merged,
-            error=status_code is StatusCode.ERROR,
-            trace_id=format(traj.trace_id, "032x"),
+            error=error,
+            trace_id=trace_id,
             bands=self._bands,
             engine=traj.engine,
         )

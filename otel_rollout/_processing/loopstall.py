@@ -148,7 +148,8 @@ _install_lock = threading.Lock()
 #: asyncio's own ``Handle._run``, taken at import (the wrapper always calls this one).
 _RUN: Callable[[Any], None] | None = getattr(getattr(asyncio.events, "Handle", None), "_run", None)
 _installed = False
-#: True once the wrapper is installed: the tracer's phase hook checks it first.
+#: True once a trajectory has begun on a timed loop (the wrapper installed): the tracer's
+#: phase hook checks it first, so that a process without one never calls it.
 ACTIVE = False
 
 
@@ -207,7 +208,7 @@ def _install() -> bool:
             )
             return False
         handle_cls._run = _timed_run  # type: ignore[union-attr]
-        _installed = ACTIVE = True
+        _installed = True
         return True
 
 
@@ -230,6 +231,7 @@ def prepare() -> None:
 def begin(root: Any, env_class: Any) -> tuple[_Account, Any] | None:
     """Start the account of a trajectory starting now (called by the trajectory scope);
     None when not measured (off, no running loop, a loop that cannot be timed)."""
+    global ACTIVE
     if not _CFG.enabled:
         return None
     try:
@@ -248,6 +250,7 @@ def begin(root: Any, env_class: Any) -> tuple[_Account, Any] | None:
             return None
         if not _install():
             return None
+        ACTIVE = True
         state = getattr(_tls, "state", None)
         if state is None:  # the first on this thread: time the running callback from now
             state = _State()

@@ -334,3 +334,36 @@ def test_the_tracers_meter_provider_records_the_batch_histograms():
     names = {m.name for rm in reader.get_metrics_data().resource_metrics
              for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
     assert "rollout.batch.duration" in names
+
+
+LAYOUTS = {  # (phase, start, end) in ms after the root's start; the root lasts 100 ms
+    "sequential": [("env_setup", 0, 5), ("llm", 5, 30), ("env", 30, 40), ("llm", 45, 60)],
+    "touching, empty": [("llm", 10, 20), ("env", 20, 20), ("env", 20, 35)],
+    "overlapping": [("llm", 10, 30), ("env", 20, 40), ("llm", 35, 50)],
+    "ending out of order": [("env", 10, 50), ("llm", 20, 30)],
+    "before the root": [("env_setup", -10, 5), ("llm", 5, 20)],
+    "past the root": [("llm", 10, 20), ("env", 90, 120)],
+    "custom phase": [("llm", 10, 20), ("reward", 20, 30), ("env", 30, 40)],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_live_phases_are_accounted_as_the_rules_say(layout):
+    from otel_rollout import compute_breakdown
+
+    ms = 1_000_000
+    clock = ManualClock()
+    env = make_test_env(clock=clock)
+    t0 = clock.now_ns
+    with env.tracer.trajectory("t") as traj:
+        open_ = [(p, t0 + s * ms, t0 + e * ms) for p, s, e in LAYOUTS[layout]]
+        handles = [(traj.phase(p).start(start_time=s), e) for p, s, e in open_]
+        for handle, end in sorted(handles, key=lambda h: h[1] if layout != "ending out of "
+                                  "order" else -h[1]):  # fmt: skip
+            if end <= t0 + 100 * ms:
+                handle.end(end)
+        clock.advance(100 * ms)
+    (b,) = env.breakdowns
+    clipped = [(p, s, min(e, t0 + 100 * ms)) for p, s, e in open_]
+    assert b.nanos == compute_breakdown(t0, t0 + 100 * ms, clipped).nanos
+    assert sum(b.nanos[band] for band in ALL_BANDS) == b.nanos["e2e"] == 100 * ms
