@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,6 +104,17 @@ def _parse_band(item: str) -> tuple[str, str]:
             f"{item!r}: {band!r} is not a band; expected one of {', '.join(ALL_BANDS)}"
         )
     return phase.strip(), band
+
+
+def _parse_jobs(value: str) -> int:
+    """A count of processes: 1 or more."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a count of processes, 1 or more: {value!r}")
+    return n
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -218,6 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="tables on the terminal, or every figure as JSON on stdout")  # fmt: skip
     rep.add_argument("--output-dir", type=Path, help="write the pictures and HTML pages here")
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
+    rep.add_argument(
+        "--jobs",
+        type=_parse_jobs,
+        metavar="N",
+        help="processes reading several trace files (rotated files, a glob, a folder) "
+        f"at once (default: the core count, {os.cpu_count() or 1}); the figures are the "
+        "same as with 1, which reads them in this process. Inputs under 16 MB are read in "
+        "this process",
+    )
     rep.add_argument(
         "--baseline",
         action="append",
