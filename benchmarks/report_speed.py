@@ -12,7 +12,13 @@ breakdown on each root, the trace file rotated at ``--max-mb``) with ``--traject
 Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
 than parsing its input with the standard library).
 
+With ``--jobs N`` (several files: rotated, ``--max-mb``), the report runs ``--repeat``
+times each with ``--jobs 1`` and ``--jobs N``, alternating, and prints the medians of CPU
+(all processes), wall time and peak RSS (the largest single process: the parent or one
+worker), their ratios, the load average, and whether both JSON answers are the same.
+
     python benchmarks/report_speed.py [--trajectories 30000]
+    python benchmarks/report_speed.py --files /work/data/jobs/*.jsonl --jobs 2
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,9 +79,9 @@ def json_loads_cpu(files: list[str]) -> tuple[float, int]:
     return cpu, size
 
 
-def run_report(files: list[str]) -> tuple[float, float, float, dict]:
+def run_report(files: list[str], *extra: str) -> tuple[float, float, float, dict]:
     """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, *files],
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *files, *extra],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -97,6 +105,8 @@ def main() -> int:
     )
     parser.add_argument("--files", nargs="+", help="read these trace files instead")
     parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
+    parser.add_argument("--jobs", type=int, help="also compare report --jobs 1 and --jobs N")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each with --jobs")
     args = parser.parse_args()  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         files = args.files
@@ -110,7 +120,29 @@ def main() -> int:
         cpu, wall, rss, out = run_report(files)
         print(f"report: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, wall {wall:6.2f} s, "
               f"peak RSS {rss:6.1f} MiB, {out['trajectories']} trajectories")  # fmt: skip
+        if args.jobs:
+            compare_jobs(files, args.jobs, args.repeat)
     return 0
+
+
+def compare_jobs(files: list[str], jobs: int, repeat: int) -> None:
+    """``--jobs 1`` against ``--jobs N`` on the same files, alternating, medians printed."""
+    runs: dict[int, list[tuple[float, float, float]]] = {1: [], jobs: []}
+    answers: dict[int, dict] = {}
+    load = os.getloadavg()[0]
+    for _ in range(repeat):
+        for n in (1, jobs):
+            cpu, wall, rss, answers[n] = run_report(files, "--jobs", str(n))
+            runs[n].append((cpu, wall, rss))
+    load = (load + os.getloadavg()[0]) / 2
+    med = {n: [statistics.median(r[i] for r in rs) for i in range(3)] for n, rs in runs.items()}
+    for n, (cpu, wall, rss) in med.items():
+        print(f"--jobs {n}: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS (one process) "
+              f"{rss:6.1f} MiB (median of {repeat})")  # fmt: skip
+    (c1, w1, _), (cn, wn, _) = med[1], med[jobs]
+    same = answers[1] == answers[jobs]
+    print(f"--jobs {jobs} / --jobs 1: CPU {cn / c1:.2f}x, wall {wn / w1:.2f}x; load average "
+          f"{load:.1f} on {os.cpu_count()} cores; same JSON: {same}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -300,18 +300,19 @@ class _Merge:
         self._open.extend((r + off, n) for r, n in fr.open_at_end)
         for tid in self._last_file.pop(k, ()):
             self._straddler(tid, k)
-        self._diverted = sum(len(s) for s in self._spans.values())
         self._open = [(r, n) for r, n in self._open if r + self.window > self.last_added]
         self.offset += fr.positions
         if self.stream:
-            roots = [self._first_root.get(t, END) for ts in self._last_file.values() for t in ts]
-            self._release(min(roots, default=END), self.offset + 1)
+            # a straddler still open comes out after its last root: after its first one
+            self._release(min(self._first_root.values(), default=END), self.offset + 1)
 
     def _straddler(self, tid: str, k: int) -> None:
         """Assemble a trace from its spans in every file, in order (all of them are in)."""
         part = ReadResult()
         tracker = Tracker(part, self.bands, self.window, sys.maxsize, sys.maxsize)
-        for q, span in self._spans.pop(tid):
+        spans = self._spans.pop(tid)
+        self._diverted -= len(spans)
+        for q, span in spans:
             tracker.add(q, span)
         tracker.finish()
         self._first_root.pop(tid, None)

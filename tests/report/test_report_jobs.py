@@ -151,6 +151,24 @@ def test_rotated_files_read_in_parallel_give_the_sequential_figures_in_its_order
     assert any(ids[k] & ids[k + 1] for k in range(len(files) - 1))
 
 
+def test_a_trace_named_again_in_a_later_file_keeps_its_place(tmp_path):
+    # trace 1's root is in the first file and a span of it without a start (rejected, so
+    # not late) in the second: it straddles, and still comes out before the trajectories
+    # whose roots followed it in the first file
+    rng = random.Random(14)
+    first = [_line(_trajectory(rng, i, T0 + i)) for i in range(1, 40)]
+    again = _span(1, 7, 1000, "llm", None, T0 + 5, **{A.PHASE: "llm"})
+    second = [_line([again])] + [_line(_trajectory(rng, i, T0 + i)) for i in range(40, 80)]
+    files = []
+    for k, lines in enumerate((first, second)):
+        f = tmp_path / f"traces-y_{k}.jsonl"
+        f.write_text("".join(line + "\n" for line in lines))
+        files.append(str(f))
+    seq, par, notes = _both(files, window_spans=20)
+    assert notes == [] and par == seq
+    assert seq[0][0][0].trace_id == format(1, "032x")
+
+
 def test_a_span_far_after_its_root_makes_the_read_sequential_with_the_same_figures(tmp_path):
     lines = _lines(seed=3, n=120)
     lines.append(lines[0])  # written again long after: the sequential read calls it late
