@@ -12,10 +12,11 @@ breakdown on each root, the trace file rotated at ``--max-mb``) with ``--traject
 Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
 than parsing its input with the standard library).
 
-With ``--jobs N`` (several files: rotated, ``--max-mb``), the report runs ``--repeat``
-times each with ``--jobs 1`` and ``--jobs N``, alternating, and prints the medians of CPU
-(all processes), wall time and peak RSS (the largest single process: the parent or one
-worker), their ratios, the load average, and whether both JSON answers are the same.
+The report above reads with ``--jobs 1``. With ``--jobs N`` (several files: rotated,
+``--max-mb``), it runs ``--repeat`` times each with ``--jobs 1`` and ``--jobs N``,
+alternating, and prints the medians of CPU (all processes), wall time, the peak RSS of the
+report's process and of its largest worker, the ratios, the load average, and whether both
+JSON answers are the same.
 
     python benchmarks/report_speed.py [--trajectories 30000]
     python benchmarks/report_speed.py --files /work/data/jobs/*.jsonl --jobs 2
@@ -43,7 +44,7 @@ _CHILD = (
     "s, c = resource.getrusage(resource.RUSAGE_SELF), "
     "resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime\n"
-    "print(cpu, wall, max(s.ru_maxrss, c.ru_maxrss), file=sys.stderr)\n"
+    "print(cpu, wall, s.ru_maxrss, c.ru_maxrss, file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
 
@@ -79,14 +80,15 @@ def json_loads_cpu(files: list[str]) -> tuple[float, int]:
     return cpu, size
 
 
-def run_report(files: list[str], *extra: str) -> tuple[float, float, float, dict]:
-    """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
+def run_report(files: list[str], *extra: str) -> tuple[float, float, float, float, dict]:
+    """CPU seconds, wall seconds, peak RSS (MiB) of the report's process and of its largest
+    child (a ``--jobs`` worker; 0 without) and the JSON answer of one report."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, *files, *extra],
                           capture_output=True, text=True)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    cpu, wall, rss = proc.stderr.strip().splitlines()[-1].split()
-    return float(cpu), float(wall), int(rss) / 1024, json.loads(proc.stdout)
+    cpu, wall, rss, child_rss = proc.stderr.strip().splitlines()[-1].split()
+    return float(cpu), float(wall), int(rss) / 1024, int(child_rss) / 1024, json.loads(proc.stdout)
 
 
 def main() -> int:
@@ -117,7 +119,7 @@ def main() -> int:
         base, size = json_loads_cpu(files)
         print(f"{len(files)} files, {size / 1e6:.0f} MB; json.loads of every line: "
               f"{base:.2f} s CPU ({size / 1e6 / base:.0f} MB/s)")  # fmt: skip
-        cpu, wall, rss, out = run_report(files)
+        cpu, wall, rss, _, out = run_report(files, "--jobs", "1")
         print(f"report: CPU {cpu:6.2f} s = {cpu / base:5.2f}x json.loads, wall {wall:6.2f} s, "
               f"peak RSS {rss:6.1f} MiB, {out['trajectories']} trajectories")  # fmt: skip
         if args.jobs:
@@ -127,19 +129,19 @@ def main() -> int:
 
 def compare_jobs(files: list[str], jobs: int, repeat: int) -> None:
     """``--jobs 1`` against ``--jobs N`` on the same files, alternating, medians printed."""
-    runs: dict[int, list[tuple[float, float, float]]] = {1: [], jobs: []}
+    runs: dict[int, list[tuple[float, float, float, float]]] = {1: [], jobs: []}
     answers: dict[int, dict] = {}
     load = os.getloadavg()[0]
     for _ in range(repeat):
         for n in (1, jobs):
-            cpu, wall, rss, answers[n] = run_report(files, "--jobs", str(n))
-            runs[n].append((cpu, wall, rss))
+            *figures, answers[n] = run_report(files, "--jobs", str(n))
+            runs[n].append(tuple(figures))  # type: ignore[arg-type]
     load = (load + os.getloadavg()[0]) / 2
-    med = {n: [statistics.median(r[i] for r in rs) for i in range(3)] for n, rs in runs.items()}
-    for n, (cpu, wall, rss) in med.items():
-        print(f"--jobs {n}: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS (one process) "
-              f"{rss:6.1f} MiB (median of {repeat})")  # fmt: skip
-    (c1, w1, _), (cn, wn, _) = med[1], med[jobs]
+    med = {n: [statistics.median(r[i] for r in rs) for i in range(4)] for n, rs in runs.items()}
+    for n, (cpu, wall, rss, child) in med.items():
+        print(f"--jobs {n}: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
+              f"largest worker {child:6.1f} MiB (median of {repeat})")  # fmt: skip
+    (c1, w1, *_), (cn, wn, *_) = med[1], med[jobs]
     same = answers[1] == answers[jobs]
     print(f"--jobs {jobs} / --jobs 1: CPU {cn / c1:.2f}x, wall {wn / w1:.2f}x; load average "
           f"{load:.1f} on {os.cpu_count()} cores; same JSON: {same}")  # fmt: skip

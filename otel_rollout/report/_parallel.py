@@ -226,8 +226,9 @@ def _read_parallel(
             for p, found in zip(files, ids, strict=True)
         ]
         del ids
-        for k, (future, path) in enumerate(zip(futures, files, strict=True)):
-            merge.add_file(k, _get(future, path))
+        futures.reverse()
+        for k, path in enumerate(files):
+            merge.add_file(k, _get(futures.pop(), path))  # its result let go once merged
         merge.finish(warn)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
