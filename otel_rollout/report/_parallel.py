@@ -94,22 +94,20 @@ def read_sources_parallel(
     window = _assemble.WINDOW_SPANS if window_spans is None else window_spans
     max_buf = _assemble.MAX_BUFFERED_SPANS if max_buffered_spans is None else max_buffered_spans
     files = expand(sources)
+
+    def sequential() -> ReadResult:
+        if window_spans is None and max_buffered_spans is None:  # the command's own read
+            return read_sources(files, bands=bands, service=service, emit=emit, warn=warn,
+                                since=since, until=until, skipped=skipped)  # fmt: skip
+        result = ReadResult()
+        keep = _keeper(emit or result.trajectories.append, service, skipped)
+        return _sequential(files, result, keep, bands, warn, window, max_buf)
+
+    small = MIN_PARALLEL_BYTES if min_bytes is None else min_bytes
+    if jobs < 2 or len(set(files)) < 2 or any(map(is_url, files)) or _size(files) < small:
+        return sequential()
     result = ReadResult()
     keep = _keeper(emit or result.trajectories.append, service, skipped)
-    if any(is_url(s) for s in files):
-        return read_sources(
-            files,
-            bands=bands,
-            service=service,
-            emit=emit,
-            warn=warn,
-            since=since,
-            until=until,
-            skipped=skipped,
-        )
-    small = MIN_PARALLEL_BYTES if min_bytes is None else min_bytes
-    if jobs < 2 or len(set(files)) < 2 or _size(files) < small:
-        return _sequential(files, result, keep, bands, warn, window, max_buf)
     merge = _Merge(result, keep, bands, window, max_buf, stream=reset is not None)
     try:
         _read_parallel(files, jobs, merge, bands, warn, window, max_buf, own_process)
@@ -118,9 +116,7 @@ def read_sources_parallel(
             note(f"{why}; read sequentially")
         if merge.handed and reset is not None:
             reset()
-        result = ReadResult()
-        keep = _keeper(emit or result.trajectories.append, service, skipped)
-        return _sequential(files, result, keep, bands, warn, window, max_buf)
+        return sequential()
     return result
 
 
@@ -149,7 +145,7 @@ def _size(files: Sequence[str]) -> int:
         return 0  # the sequential read says which
 
 
-def _sequential(
+def _sequential(  # read_sources' loop, for a window or buffer of another size (tests)
     files: Sequence[str],
     result: ReadResult,
     keep: Callable[[Trajectory], object],

@@ -16,6 +16,7 @@ from otel_rollout.cli import main
 from otel_rollout.report import _parallel
 from otel_rollout.report._model import TraceReadError
 from otel_rollout.report._parallel import read_sources_parallel
+from otel_rollout.report._sources import read_sources
 
 T0 = 1_700_000_000_000_000_000
 
@@ -125,7 +126,11 @@ def _both(files, stream=True, **kwargs):
     """The sequential read and the parallel one (handing trajectories on as files come in,
     or at the end), with what each emitted in order."""
     seq_out, par_out, notes = [], [], []
-    seq = read_sources_parallel(files, jobs=1, emit=seq_out.append, warn=lambda m: None, **kwargs)
+    if any(v is not None for v in kwargs.values()):  # the same loop with another window
+        seq = read_sources_parallel(files, jobs=1, emit=seq_out.append, warn=lambda m: None,
+                                    **kwargs)  # fmt: skip
+    else:
+        seq = read_sources(files, emit=seq_out.append, warn=lambda m: None)
     par = read_sources_parallel(files, jobs=2, emit=par_out.append, warn=lambda m: None,
                                 min_bytes=0, note=notes.append, own_process=True,
                                 reset=par_out.clear if stream else None, **kwargs)  # fmt: skip
@@ -149,6 +154,13 @@ def test_rotated_files_read_in_parallel_give_the_sequential_figures_in_its_order
             if x.startswith('{"resourceSpans": [{"resource')}
            for f in files]  # fmt: skip
     assert any(ids[k] & ids[k + 1] for k in range(len(files) - 1))
+
+
+def test_service_and_bands_reach_the_workers(tmp_path):
+    files = _rotate(tmp_path, _lines(seed=15, n=100), parts=3, seed=16)
+    seq, par, notes = _both(files, service="svc", bands={"env_setup": "llm"})
+    assert notes == [] and par == seq
+    assert {p[0].nanos["env_setup"] for p in seq[0]} == {0}  # counted as llm
 
 
 def test_a_trace_named_again_in_a_later_file_keeps_its_place(tmp_path):
