@@ -44,6 +44,7 @@ from otel_rollout.report._model import MAX_LISTED, RawSpan, ReadResult, TraceRea
 from otel_rollout.report._model import TrajectoryTrace as Trajectory
 from otel_rollout.report._parallel_worker import (
     END,
+    CountingResult,
     FileRead,
     Tracker,
     read_file,
@@ -305,7 +306,7 @@ class _Merge:
 
     def _straddler(self, tid: str, k: int) -> None:
         """Assemble a trace from its spans in every file, in order (all of them are in)."""
-        part = ReadResult()
+        part = CountingResult()
         tracker = Tracker(part, self.bands, self.window, sys.maxsize, sys.maxsize)
         spans = self._spans.pop(tid)
         self._diverted -= len(spans)

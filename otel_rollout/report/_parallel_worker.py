@@ -35,8 +35,10 @@ from otel_rollout.report._model import (
     TrajectoryTrace,
 )
 
-#: A trace id as OTLP JSON (``traceId``) or Jaeger JSON (``traceID``) writes it.
-_TRACE_ID = re.compile(rb'"trace_?id"\s*:\s*"([^"\\]*)"', re.IGNORECASE)
+#: A trace id as OTLP JSON (``traceId``, ``trace_id``) or Jaeger JSON (``traceID``) writes
+#: it; case-sensitive, so the scan skips ahead to each ``"trace``. A key spelt otherwise is
+#: seen by the worker (an id not found), and the read goes sequential.
+_TRACE_ID = re.compile(rb'"trace(?:Id|ID|_id)"\s*:\s*"([^"\\]*)"')
 #: Where losses first counted when the input ends (incomplete traces) are placed.
 END = float("inf")
 
@@ -62,6 +64,18 @@ def trace_ids(path: str) -> frozenset[str] | None:
         except TraceReadError:
             continue  # such a span is rejected by the decoder too, or flagged unknown
     return frozenset(out)
+
+
+@dataclass
+class CountingResult(ReadResult):
+    """A read's result that also counts the spans the assembler refused to add."""
+
+    refused: int = 0
+
+    def lose(self, reason: str, n: int = 1) -> None:
+        super().lose(reason, n)
+        if reason in (LOSS_DUPLICATE, LOSS_LATE):
+            self.refused += n
 
 
 class Tracker:
@@ -121,20 +135,19 @@ class Tracker:
     def _add_valid(self, q: int, span: RawSpan, info: list[int], rooted: bool) -> None:
         info[2] += 1
         result = self.result
-        losses = result.losses
-        refused = losses.get(LOSS_DUPLICATE, 0) + losses.get(LOSS_LATE, 0)
+        refused = result.refused
         key = None
         if not rooted and A.BATCH_ID in span.attributes:
             key = str(span.attributes[A.BATCH_ID])
             old = result.batches.get(key)
         self.asm.add(span)
-        if losses.get(LOSS_DUPLICATE, 0) + losses.get(LOSS_LATE, 0) == refused:
+        if result.refused == refused:  # added: neither a duplicate nor late
             self.last_added = q
             if rooted:
                 info[1] = q
             elif key is not None and (new := result.batches.get(key)) is not old:
                 self.batch_events.append((q, key, new))  # type: ignore[arg-type]
-        if len(losses) != self._nloss:
+        if len(result.losses) != self._nloss:
             self.note_losses(q)
 
     def note_losses(self, where: float) -> None:
@@ -237,7 +250,7 @@ def _read_file(
     window: int,
     max_buffered: int,
 ) -> FileRead:
-    result = ReadResult()
+    result = CountingResult()
     out = FileRead(result)
     tracker = Tracker(result, bands, window, window, max_buffered)
     diverted = out.diverted
