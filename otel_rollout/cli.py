@@ -23,7 +23,7 @@ DEMO_ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 
 
 def _at_least_one(value: str) -> int:
-    """An integer >= 1 (trajectories, concurrency)."""
+    """An integer >= 1 (trajectories, concurrency, processes)."""
     try:
         n = int(value)
     except ValueError:
@@ -104,17 +104,6 @@ def _parse_band(item: str) -> tuple[str, str]:
             f"{item!r}: {band!r} is not a band; expected one of {', '.join(ALL_BANDS)}"
         )
     return phase.strip(), band
-
-
-def _parse_jobs(value: str) -> int:
-    """A count of processes: 1 or more."""
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a count of processes, 1 or more: {value!r}")
-    return n
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -232,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     rep.add_argument(
         "--jobs",
-        type=_parse_jobs,
+        type=_at_least_one,
         metavar="N",
         help="processes reading several trace files (rotated files, a glob, a folder) "
         f"at once (default: the core count, {os.cpu_count() or 1}); the figures are the "

@@ -219,7 +219,7 @@ def test_jobs_must_be_a_positive_count(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["report", str(f), "--jobs", "0"])
     assert exc.value.code == 2
-    assert "1 or more" in capsys.readouterr().err
+    assert "must be at least 1" in capsys.readouterr().err
 
 
 def test_an_unreadable_file_is_the_sequential_error(tmp_path):
