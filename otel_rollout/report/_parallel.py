@@ -203,13 +203,17 @@ def _read_parallel(
         ]
         if any(i is None for i in ids):
             raise _Sequential("")  # the sequential read says which file, and why
-        where: dict[str, list[int]] = {}
-        for k, found in enumerate(ids):
-            for tid in found:
-                where.setdefault(tid, []).append(k)
-        straddlers = {tid: ks for tid, ks in where.items() if len(ks) > 1}
-        del where
-        merge.plan(straddlers)
+        seen: set[str] = set()
+        straddlers: set[str] = set()  # trace ids in more than one file
+        for found in ids:
+            straddlers |= seen & found
+            seen |= found
+        del seen
+        last: dict[str, int] = {}  # a straddler's last file
+        for k in reversed(range(len(ids))):
+            for tid in straddlers & ids[k]:
+                last.setdefault(tid, k)
+        merge.plan(last)
         futures = [
             pool.submit(
                 read_file,
@@ -263,10 +267,11 @@ class _Merge:
         self._first_root: dict[str, int] = {}
         self._messages: list[str] = []
 
-    def plan(self, straddlers: Mapping[str, list[int]]) -> None:
-        for tid, ks in straddlers.items():
+    def plan(self, last: Mapping[str, int]) -> None:
+        """``last``: each straddler's last file, when it can be assembled."""
+        for tid, k in last.items():
             self._spans[tid] = []
-            self._last_file.setdefault(max(ks), []).append(tid)
+            self._last_file.setdefault(k, []).append(tid)
 
     def add_file(self, k: int, fr: FileRead) -> None:
         if fr.problem is not None:
