@@ -18,7 +18,15 @@ where ``PYTHONDONTWRITEBYTECODE`` is set: compiling the package is not the repor
 Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
 than parsing its input with the standard library), with and without the start-up.
 
+The report above reads with ``--jobs 1`` (one process: its CPU is the figure compared
+with ``json.loads``). With ``--jobs N`` (several files: rotated, ``--max-mb``), it also
+runs ``--repeat`` times each with ``--jobs 1`` and ``--jobs N``, alternating, and prints
+the medians of CPU (all processes), wall time, the peak RSS of the report's process and
+of its largest worker, the ratios, the load average, and whether both JSON answers are
+the same.
+
     python benchmarks/report_speed.py [--trajectories 30000] [--files F ...] [--repeat 3]
+    python benchmarks/report_speed.py --files /data/run/*.jsonl --jobs 2
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ _CHILD = (
     "s, c = resource.getrusage(resource.RUSAGE_SELF), "
     "resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime\n"
-    "print(cpu, wall, max(s.ru_maxrss, c.ru_maxrss), file=sys.stderr)\n"
+    "print(cpu, wall, s.ru_maxrss, c.ru_maxrss, file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
 
@@ -104,15 +112,16 @@ def start_up_cpu(env: dict[str, str]) -> float:
 
 
 def run_report(
-    files: list[str], env: dict[str, str] | None = None
-) -> tuple[float, float, float, dict]:
-    """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, *files],
+    files: list[str], *extra: str, env: dict[str, str] | None = None
+) -> tuple[float, float, float, float, dict]:
+    """CPU seconds, wall seconds, peak RSS (MiB) of the report's process and of its largest
+    child (a ``--jobs`` worker; 0 without) and the JSON answer of one report."""
+    proc = subprocess.run([sys.executable, "-c", _CHILD, *files, *extra],
                           capture_output=True, text=True, env=env)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    cpu, wall, rss = proc.stderr.strip().splitlines()[-1].split()
-    return float(cpu), float(wall), int(rss) / 1024, json.loads(proc.stdout)
+    cpu, wall, rss, child_rss = proc.stderr.strip().splitlines()[-1].split()
+    return float(cpu), float(wall), int(rss) / 1024, int(child_rss) / 1024, json.loads(proc.stdout)
 
 
 def main() -> int:
@@ -132,6 +141,7 @@ def main() -> int:
     parser.add_argument("--files", nargs="+", help="read these trace files instead")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
+    parser.add_argument("--jobs", type=int, help="also compare report --jobs 1 and --jobs N")
     args = parser.parse_args()  # fmt: skip
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         files = args.files
@@ -151,10 +161,10 @@ def main() -> int:
         one = os.path.join(tmp, "one-line.jsonl")
         with open(files[0], "rb") as f, open(one, "wb") as w:
             w.write(f.readline())
-        run_report([one], env)
+        run_report([one], env=env)
         starts = [start_up_cpu(env) for _ in range(n)]
-        runs = [run_report(files, env) for _ in range(n)]
-        for cpu, wall, rss, out in runs:
+        runs = [run_report(files, "--jobs", "1", env=env) for _ in range(n)]
+        for cpu, wall, rss, _, out in runs:
             print(f"  report: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
                   f"{out['trajectories']} trajectories")  # fmt: skip
         cpu = statistics.median(r[0] for r in runs)
@@ -165,7 +175,29 @@ def main() -> int:
               f"wall {wall:.2f} s; peak RSS {rss:.1f} MiB")  # fmt: skip
         print(f"of which start-up (interpreter + imports): {start:.2f} s CPU; without it: "
               f"{cpu - start:.2f} s = {(cpu - start) / base:.2f}x json.loads")  # fmt: skip
+        if args.jobs:
+            compare_jobs(files, args.jobs, n, env)
     return 0
+
+
+def compare_jobs(files: list[str], jobs: int, repeat: int, env: dict[str, str]) -> None:
+    """``--jobs 1`` against ``--jobs N`` on the same files, alternating, medians printed."""
+    runs: dict[int, list[tuple[float, float, float, float]]] = {1: [], jobs: []}
+    answers: dict[int, dict] = {}
+    load = os.getloadavg()[0]
+    for _ in range(repeat):
+        for n in (1, jobs):
+            *figures, answers[n] = run_report(files, "--jobs", str(n), env=env)
+            runs[n].append(tuple(figures))  # type: ignore[arg-type]
+    load = (load + os.getloadavg()[0]) / 2
+    med = {n: [statistics.median(r[i] for r in rs) for i in range(4)] for n, rs in runs.items()}
+    for n, (cpu, wall, rss, child) in med.items():
+        print(f"--jobs {n}: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
+              f"largest worker {child:6.1f} MiB (median of {repeat})")  # fmt: skip
+    (c1, w1, *_), (cn, wn, *_) = med[1], med[jobs]
+    same = answers[1] == answers[jobs]
+    print(f"--jobs {jobs} / --jobs 1: CPU {cn / c1:.2f}x, wall {wn / w1:.2f}x; load average "
+          f"{load:.1f} on {os.cpu_count()} cores; same JSON: {same}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ DEMO_ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 
 
 def _at_least_one(value: str) -> int:
-    """An integer >= 1 (trajectories, concurrency)."""
+    """An integer >= 1 (trajectories, concurrency, processes)."""
     try:
         n = int(value)
     except ValueError:
@@ -218,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="tables on the terminal, or every figure as JSON on stdout")  # fmt: skip
     rep.add_argument("--output-dir", type=Path, help="write the pictures and HTML pages here")
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
+    rep.add_argument(
+        "--jobs",
+        type=_at_least_one,
+        metavar="N",
+        help="processes reading several trace files (rotated files, a glob, a folder) "
+        f"at once (default: the core count, {os.cpu_count() or 1}); the figures are the "
+        "same as with 1, which reads them in this process. Inputs under 16 MB are read in "
+        "this process",
+    )
     rep.add_argument(
         "--baseline",
         action="append",

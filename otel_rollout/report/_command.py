@@ -107,11 +107,15 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
         if _keep(args, t):
             data.add(t)
 
+    def reset() -> None:  # a parallel read starts again sequentially
+        nonlocal data
+        data = ReportData(by=by)
+        for counts in present.values():
+            counts.clear()
+
     try:
         with few_collections():
-            result = read_sources(args.source, bands=bands, service=args.service, emit=emit,
-                                  warn=_Warnings(sys.stderr), since=args.since,
-                                  until=args.until, skipped=tally)  # fmt: skip
+            result = _read(args, bands, emit, tally, reset)
     except TraceReadError as exc:
         print(f"otel-rollout report: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
@@ -162,6 +166,30 @@ def run_report(args: argparse.Namespace, need: Any) -> int:
     print_losses(console, result, verbose)
     _say_empty(result, data, console.file, present, args)
     return EXIT_OK if result.found else EXIT_NO_TRAJECTORIES
+
+
+def _read(args: argparse.Namespace, bands: dict[str, str] | None, emit: Any, tally: Any,
+          reset: Any) -> ReadResult:  # fmt: skip
+    """``read_sources`` of the command's input, with ``--jobs`` processes for files."""
+    from otel_rollout.report._sources import read_sources
+
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:
+        from otel_rollout.report._parallel import default_jobs
+
+        jobs = default_jobs()
+    kwargs = dict(bands=bands, service=args.service, emit=emit, warn=_Warnings(sys.stderr),
+                  since=args.since, until=args.until, skipped=tally)  # fmt: skip
+    if jobs == 1:
+        return read_sources(args.source, **kwargs)
+    from otel_rollout.report._parallel import read_sources_parallel
+
+    def note(message: str) -> None:
+        print(f"otel-rollout report: --jobs: {message}", file=sys.stderr)
+
+    return read_sources_parallel(
+        args.source, jobs=jobs, reset=reset, note=note, own_process=True, **kwargs
+    )
 
 
 def show_batches(console: Any, data: ReportData, spans: Any, out_dir: Any, jaeger: Any) -> None:
