@@ -1,11 +1,12 @@
 """One trace file read in a worker process of ``otel-rollout report --jobs N``.
 
-A worker assembles its file alone with the same :class:`TraceAssembler` as the sequential
-read, and notes what the parent needs to put the files back into one stream: where (in
+A worker assembles its file alone as the sequential read does (the fast reader's rows,
+:meth:`TraceAssembler.add_rows` a slice of a line at a time, no :class:`RawSpan` for most
+spans), and notes what the parent needs to put the files back into one stream: where (in
 spans read) each trace first appeared and got its last root, where each loss reason first
 occurred, which batch spans were recorded and where, and how many spans it held. Spans of
-traces that also appear in another file are not assembled here but sent back with their
-positions: the parent assembles those traces from all their spans, in file order.
+traces that also appear in another file are not assembled here but sent back (rows) with
+their positions: the parent assembles those traces from all their spans, in file order.
 """
 
 from __future__ import annotations
