@@ -39,8 +39,8 @@ from typing import Any
 from otel_rollout import attributes as A
 from otel_rollout.report import _assemble
 from otel_rollout.report._batches import MAX_BATCHES
-from otel_rollout.report._files import Warn, iter_file_spans
-from otel_rollout.report._model import MAX_LISTED, RawSpan, ReadResult, TraceReadError
+from otel_rollout.report._files import Warn, iter_file_rows
+from otel_rollout.report._model import MAX_LISTED, ReadResult, Row, TraceReadError
 from otel_rollout.report._model import TrajectoryTrace as Trajectory
 from otel_rollout.report._parallel_worker import (
     END,
@@ -159,8 +159,8 @@ def _sequential(  # read_sources' loop, for a window or buffer of another size (
         keep, result, bands=bands, window_spans=window, max_buffered_spans=max_buf
     )
     for path in files:
-        for span in iter_file_spans(path, result, warn):
-            asm.add(span)
+        for rows in iter_file_rows(path, result, warn):
+            asm.add_rows(rows)
     return asm.finish()
 
 
@@ -262,7 +262,7 @@ class _Merge:
         self._rootless = 0  # spans held to the end of the input: traces with no root
         self._open: list[tuple[int, int]] = []  # (last root, spans) perhaps still held
         self._diverted = 0
-        self._spans: dict[str, list[tuple[int, RawSpan]]] = {}
+        self._spans: dict[str, list[tuple[int, Row]]] = {}
         self._last_file: dict[int, list[str]] = {}
         self._first_root: dict[str, int] = {}
         self._messages: list[str] = []
@@ -292,10 +292,11 @@ class _Merge:
             self._push(ready + off, first + off, trajectories)
         self._incomplete.extend((first + off, tid) for first, tid in fr.incomplete)
         self._batches.extend((q + off, key, span) for q, key, span in fr.batch_events)
-        for q, span in fr.diverted:
-            tid = span.trace_id
-            self._spans[tid].append((q + off, span))
-            if tid not in self._first_root and A.TRAJECTORY_ID in span.attributes:
+        for q, row in fr.diverted:
+            tid, span = row[0], row[7]
+            self._spans[tid].append((q + off, row))
+            rooted = span is not None and A.TRAJECTORY_ID in span.attributes
+            if rooted and tid not in self._first_root:
                 self._first_root[tid] = q + off
         if fr.last_added:
             self.last_added = max(self.last_added, fr.last_added + off)
@@ -315,15 +316,16 @@ class _Merge:
         tracker = Tracker(part, self.bands, self.window, sys.maxsize, sys.maxsize)
         spans = self._spans.pop(tid)
         self._diverted -= len(spans)
-        for q, span in spans:
-            tracker.add(q, span)
+        for q, row in spans:
+            tracker.position = q - 1  # its position in the whole stream
+            tracker.add_rows([row])
         tracker.finish()
         self._first_root.pop(tid, None)
         if tracker.far is not None:
             raise _Sequential(f"trace {tid} has a span {self.window}+ spans after its root")
         self.result.spans += part.spans
         self.result.found += part.found
-        self._losses(part.losses, tracker.first_loss, 0, k)
+        self._losses(part.losses, part.first_loss, 0, k)
         for ready, first, trajectories in tracker.groups():
             self._push(ready, first, trajectories)
         info = tracker.traces.get(tid)

@@ -1,11 +1,12 @@
 """One trace file read in a worker process of ``otel-rollout report --jobs N``.
 
-A worker assembles its file alone with the same :class:`TraceAssembler` as the sequential
-read, and notes what the parent needs to put the files back into one stream: where (in
+A worker assembles its file alone as the sequential read does (the fast reader's rows,
+:meth:`TraceAssembler.add_rows` a slice of a line at a time, no :class:`RawSpan` for most
+spans), and notes what the parent needs to put the files back into one stream: where (in
 spans read) each trace first appeared and got its last root, where each loss reason first
 occurred, which batch spans were recorded and where, and how many spans it held. Spans of
-traces that also appear in another file are not assembled here but sent back with their
-positions: the parent assembles those traces from all their spans, in file order.
+traces that also appear in another file are not assembled here but sent back (rows) with
+their positions: the parent assembles those traces from all their spans, in file order.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import gc
 import mmap
 import re
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +26,14 @@ from otel_rollout._accounting.breakdown import PhaseInterval
 from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._assemble import TraceAssembler
 from otel_rollout.report._documents import _decode_id
-from otel_rollout.report._files import iter_file_spans
+from otel_rollout.report._files import iter_file_rows
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
     LOSS_LATE,
     BatchSpan,
     RawSpan,
     ReadResult,
+    Row,
     TraceReadError,
     TrajectoryTrace,
 )
@@ -39,6 +42,9 @@ from otel_rollout.report._model import (
 #: it; case-sensitive, so the scan skips ahead to each ``"trace``. A key spelt otherwise is
 #: seen by the worker (an id not found), and the read goes sequential.
 _TRACE_ID = re.compile(rb'"trace(?:Id|ID|_id)"\s*:\s*"([^"\\]*)"')
+_trace_id = itemgetter(0)
+#: Why the assembler refuses a span it could have added.
+_REFUSED = (LOSS_DUPLICATE, LOSS_LATE)
 #: Where losses first counted when the input ends (incomplete traces) are placed.
 END = float("inf")
 
@@ -68,19 +74,50 @@ def trace_ids(path: str) -> frozenset[str] | None:
 
 @dataclass
 class CountingResult(ReadResult):
-    """A read's result that also counts the spans the assembler refused to add."""
+    """A read's result that also notes where each loss reason was first counted and where
+    spans were refused (duplicates, late), in positions of the whole stream.
 
-    refused: int = 0
+    While the assembler takes a slice of rows, ``rows`` is the iterator it reads them from
+    (a list's, which knows how many it has left) and ``positions`` their positions: the
+    row being added is the one the iterator gave last. Between slices (bad lines, the
+    end), a loss is placed at ``between``.
+    """
+
+    #: loss reason -> (position where first counted, order among those counted there)
+    first_loss: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: positions of the spans refused since this list was last cleared
+    refused: list[float] = field(default_factory=list)
+    between: float = 0.5
+    rows: Any = None  # a list iterator
+    positions: Sequence[int] = range(0)
+    _last: tuple[float, int] = (-1.0, 0)
 
     def lose(self, reason: str, n: int = 1) -> None:
-        super().lose(reason, n)
-        if reason in (LOSS_DUPLICATE, LOSS_LATE):
-            self.refused += n
+        losses = self.losses
+        new = reason not in losses
+        losses[reason] = losses.get(reason, 0) + n
+        if new or reason in _REFUSED:
+            rows = self.rows
+            if rows is None:
+                at = self.between
+            else:  # the iterator's length hint: the rows not given yet
+                at = self.positions[len(self.positions) - rows.__length_hint__() - 1]
+            if new:
+                where, i = self._last
+                self._last = (at, i + 1 if where == at else 0)
+                self.first_loss[reason] = self._last
+            if reason in _REFUSED:
+                self.refused.append(at)
 
 
 class Tracker:
-    """A :class:`TraceAssembler` fed spans with their position in the whole stream (spans
+    """A :class:`TraceAssembler` fed rows with their position in the whole stream (spans
     read, in-flight records left out), noting what the merge needs (see the module).
+
+    Rows go to the assembler as :meth:`TraceAssembler.add_rows` takes them, a slice of a
+    line at a time (see :meth:`add_rows`); what the merge needs of each span is noted
+    here without a :class:`RawSpan`, and where spans were refused or losses first counted
+    is told by the result (:class:`CountingResult`).
 
     ``far`` names a trace that got a span more than ``window`` spans after its last root:
     the sequential read may have finished it before, so its content depends on everything
@@ -89,11 +126,12 @@ class Tracker:
 
     def __init__(
         self,
-        result: ReadResult,
+        result: CountingResult,
         bands: Mapping[str, str] | None,
         window: int,
         asm_window: int,
         asm_max: int,
+        divert: frozenset[str] = frozenset(),
     ) -> None:
         self.result = result
         self.window = window
@@ -107,60 +145,93 @@ class Tracker:
         )
         #: trace id -> [first span's position, last root's position (-1: none), valid spans]
         self.traces: dict[str, list[int]] = {}
+        self.position = 0  # of the last span read
         self.last_added = 0
         self.batch_events: list[tuple[float, str, BatchSpan]] = []
-        #: loss reason -> (position where first counted, order among those counted there)
-        self.first_loss: dict[str, tuple[float, int]] = {}
         self.far: str | None = None
-        self._nloss = 0
+        self.divert = divert
+        #: spans of the traces in ``divert``, with their positions, not assembled here
+        self.diverted: list[tuple[int, Row]] = []
 
-    def add(self, q: int, span: RawSpan) -> None:
-        start, end, attrs = span.start_ns, span.end_ns, span.attributes
-        if start and start > 0 and end is not None and end > 0:
-            rooted = A.TRAJECTORY_ID in attrs
-            valid = end >= start
-            if valid or rooted:  # the assembler looks this span's trace up
-                tid = span.trace_id
-                info = self.traces.get(tid)
+    def add_rows(self, rows: list[Row]) -> None:
+        """One line's rows, read after every row given before. They go to the assembler
+        in slices: one ends at each root or batch span (its position is noted before the
+        next row's), and the rows it does not take (diverted, in-flight) are left out."""
+        traces, window, divert = self.traces, self.window, self.divert
+        trajectory_id, batch_id = A.TRAJECTORY_ID, A.BATCH_ID
+        q = q0 = self.position  # q0: the position before rows[i0], the slice's first
+        i0 = 0
+        for i, (tid, _, parent, name, start, end, _, span) in enumerate(rows):
+            if parent is None and name == IN_FLIGHT_SPAN:  # not read by the assembler
+                if i > i0:
+                    self._add(rows[i0:i], range(q0 + 1, q + 1), None)
+                i0, q0 = i + 1, q
+                continue
+            q += 1
+            if divert and tid in divert:
+                if i > i0:
+                    self._add(rows[i0:i], range(q0 + 1, q), None)
+                self.diverted.append((q, rows[i]))
+                i0, q0 = i + 1, q
+                continue
+            if not start or start <= 0 or end is None or end <= 0:
+                continue
+            if end >= start:
+                info = traces.get(tid)
                 if info is None:
-                    info = self.traces[tid] = [q, -1, 0]
-                elif info[1] >= 0 and q - info[1] > self.window:
+                    info = traces[tid] = [q, -1, 0]
+                elif info[1] >= 0 and q - info[1] > window:
                     self.far = tid
-                if valid:
-                    self._add_valid(q, span, info, rooted)
-                    return
-        self.asm.add(span)
-        self.note_losses(q)
+                info[2] += 1
+                if span is not None:
+                    attributes = span.attributes
+                    if trajectory_id in attributes or batch_id in attributes:
+                        self._add(rows[i0 : i + 1], range(q0 + 1, q + 1), span)
+                        i0, q0 = i + 1, q
+            elif span is not None and trajectory_id in span.attributes:
+                info = traces.get(tid)  # an inverted root: the assembler looks it up
+                if info is None:
+                    traces[tid] = [q, -1, 0]
+                elif info[1] >= 0 and q - info[1] > window:
+                    self.far = tid
+        if i0 < len(rows):
+            self._add(rows[i0:], range(q0 + 1, q + 1), None)
+        self.position = q
+        self.result.between = q + 0.5
 
-    def _add_valid(self, q: int, span: RawSpan, info: list[int], rooted: bool) -> None:
-        info[2] += 1
+    def _add(self, rows: list[Row], at: range, last: RawSpan | None) -> None:
+        """``rows`` at positions ``at`` to the assembler; ``last``: the last row's span, a
+        valid root or batch span."""
         result = self.result
-        refused = result.refused
-        key = None
-        if not rooted and A.BATCH_ID in span.attributes:
-            key = str(span.attributes[A.BATCH_ID])
+        key = old = None
+        if last is not None and A.TRAJECTORY_ID not in last.attributes:
+            key = str(last.attributes[A.BATCH_ID])
             old = result.batches.get(key)
-        self.asm.add(span)
-        if result.refused == refused:  # added: neither a duplicate nor late
-            self.last_added = q
-            if rooted:
-                info[1] = q
-            elif key is not None and (new := result.batches.get(key)) is not old:
-                self.batch_events.append((q, key, new))  # type: ignore[arg-type]
-        if len(result.losses) != self._nloss:
-            self.note_losses(q)
-
-    def note_losses(self, where: float) -> None:
-        """Place the loss reasons counted for the first time since the last call."""
-        losses = self.result.losses
-        if len(losses) != self._nloss:
-            for i, why in enumerate(list(losses)[self._nloss :]):
-                self.first_loss[why] = (where, i)
-            self._nloss = len(losses)
+        result.positions = at
+        result.rows = it = iter(rows)
+        try:
+            self.asm.add_rows(it)
+        finally:
+            result.rows = None
+        refused = result.refused
+        gone = set(refused) if refused else ()
+        refused.clear()
+        for row, q in zip(reversed(rows), reversed(at), strict=True):
+            if q not in gone and _valid(row):
+                break
+        else:
+            return  # none added
+        self.last_added = q
+        if last is None or q != at[-1]:
+            return  # ``last`` refused: a duplicate, or late
+        if key is None:
+            self.traces[rows[-1][0]][1] = q
+        elif (new := result.batches.get(key)) is not old:
+            self.batch_events.append((q, key, new))  # type: ignore[arg-type]
 
     def finish(self) -> None:
+        self.result.between = END
         self.asm.finish()
-        self.note_losses(END)
 
     def groups(self) -> list[Group]:
         """The trajectories emitted, one group per trace (its roots, in order)."""
@@ -175,6 +246,12 @@ class Tracker:
         return out
 
 
+def _valid(row: Row) -> bool:
+    """Whether the assembler checks a row's trace (it has a start and an end, in order)."""
+    start, end = row[4], row[5]
+    return bool(start and start > 0 and end is not None and end > 0 and end >= start)
+
+
 @dataclass
 class FileRead:
     """What a worker sends back for one file (positions counted from its first span)."""
@@ -186,7 +263,7 @@ class FileRead:
     batch_events: list[tuple[float, str, BatchSpan]] = field(default_factory=list)
     first_loss: dict[str, tuple[float, int]] = field(default_factory=dict)
     #: spans of traces also in other files, with their positions
-    diverted: list[tuple[int, RawSpan]] = field(default_factory=list)
+    diverted: list[tuple[int, Row]] = field(default_factory=list)
     positions: int = 0
     last_added: int = 0
     peak: int = 0
@@ -252,39 +329,31 @@ def _read_file(
 ) -> FileRead:
     result = CountingResult()
     out = FileRead(result)
-    tracker = Tracker(result, bands, window, window, max_buffered)
-    diverted = out.diverted
-    q = 0
-    for span in iter_file_spans(path, result, out.messages.append):
-        if span.name == IN_FLIGHT_SPAN and span.parent_id is None:
-            continue  # not read by the assembler either
-        q += 1
-        tid = span.trace_id
-        if tid in divert:
-            tracker.note_losses(q - 0.5)  # bad lines read before this span
-            diverted.append((q, span))
-            continue
-        if tid not in ids and out.problem is None:
+    tracker = Tracker(result, bands, window, window, max_buffered, divert)
+    for rows in iter_file_rows(path, result, out.messages.append):
+        if out.problem is None and not ids.issuperset(map(_trace_id, rows)):
+            tid = next(r[0] for r in rows if r[0] not in ids)
             out.problem = f"{path}: a trace id the byte scan did not find ({tid!r})"
-        tracker.add(q, span)
-    tracker.note_losses(q + 0.5)  # bad lines after the last span
+        tracker.add_rows(rows)
     out.peak = tracker.asm.peak_buffered_spans
     tracker.finish()
     if tracker.far is not None:
         out.problem = f"{path}: trace {tracker.far} has a span {window}+ spans after its root"
     elif out.peak >= max_buffered:
         out.problem = f"{path}: the read buffer filled ({max_buffered} spans)"
-    out.positions = q
+    out.positions = tracker.position
     out.last_added = tracker.last_added
     out.groups = tracker.groups()
+    out.diverted = tracker.diverted
     traces = tracker.traces
     out.incomplete = [(traces[tid][0], tid) for tid in result.incomplete]
     out.batch_events = tracker.batch_events
-    out.first_loss = tracker.first_loss
+    out.first_loss = result.first_loss
     for _first, root, n in traces.values():
         if root < 0:
             out.rootless += n
         elif root + window > tracker.last_added:
             out.open_at_end.append((root, n))
     result.incomplete, result.warnings, result.batches = [], [], {}
+    result.first_loss = {}
     return out

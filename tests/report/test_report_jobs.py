@@ -181,6 +181,27 @@ def test_a_trace_named_again_in_a_later_file_keeps_its_place(tmp_path):
     assert seq[0][0][0].trace_id == format(1, "032x")
 
 
+def test_a_duplicate_just_before_a_root_does_not_hide_the_root(tmp_path):
+    # a span written again in the line of another trajectory, just before that one's root:
+    # the copy is refused, the root after it is taken (the worker tells which of a line's
+    # spans the assembler refused), and the trajectories keep the sequential order
+    rng = random.Random(18)
+    trajectories = [_trajectory(rng, i, T0 + i) for i in range(1, 40)]
+    again = trajectories[11][0]
+    mixed = [s for s in trajectories[12] if "parentSpanId" in s]
+    mixed += [again] + [s for s in trajectories[12] if "parentSpanId" not in s]
+    lines = [_line(t) for t in trajectories[:12]] + [_line(mixed)]
+    lines += [_line(t) for t in trajectories[13:]]
+    files = []
+    for k, part in enumerate((lines[:20], lines[20:])):
+        f = tmp_path / f"traces-z_{k}.jsonl"
+        f.write_text("".join(line + "\n" for line in part))
+        files.append(str(f))
+    seq, par, notes = _both(files, window_spans=20)
+    assert notes == [] and par == seq
+    assert dict(seq[1]) == {"duplicate spans ignored": 1}
+
+
 def test_a_span_far_after_its_root_makes_the_read_sequential_with_the_same_figures(tmp_path):
     lines = _lines(seed=3, n=120)
     lines.append(lines[0])  # written again long after: the sequential read calls it late
