@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
-from otel_rollout._accounting.compute import root_breakdown
+from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown, sequential_loop
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 #: A span's fields as :class:`SpanRecord` has them, in its order.
@@ -64,6 +64,13 @@ def breakdown_from_tree(
     if end is None:
         end = start
     phases = outermost_phases(root_id, spans, end_open_at=end)
+    loop = None if bands or end < start else sequential_loop(start, end, phases)
+    if loop is not None:  # the common case: the same figures, without the general rules
+        bd = sequential_breakdown(
+            start, end, loop[0], loop[1], attributes, error=error, trace_id=trace_id,
+            engine=engine,
+        )  # fmt: skip
+        return bd, phases
     bd = root_breakdown(
         start, end, phases, attributes, error=error, trace_id=trace_id, bands=bands,
         engine=engine,
