@@ -178,9 +178,17 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
             if len(span_hex) != 16 or len(span_bytes) != 8:
                 raise _Unusual
             span_id = from_bytes(span_bytes)
-            values: dict[str, Any] = {}
-            for kv in sp.attributes or ():
-                v = values[kv.key] = kv.value
+            end = int(sp.endTimeUnixNano or 0) or None
+            start = int(sp.startTimeUnixNano or 0)
+            phase = span = None
+            read_all = whole
+            for kv in sp.attributes or ():  # the last of a repeated key, as in a dict
+                key = kv.key
+                v = kv.value
+                if key == phase_key:
+                    phase = v
+                elif key in keys:
+                    read_all = True
                 if v is not UNSET and v.stringValue is UNSET:
                     # int() or float() fails here as in the general reader
                     number = v.intValue
@@ -188,12 +196,12 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
                         _value(v)
                     elif number.__class__ is str:
                         int(number)
-            end = int(sp.endTimeUnixNano or 0) or None
-            start = int(sp.startTimeUnixNano or 0)
-            if whole:
-                add(_raw_span(sp, trace_id, span_id, parent_id, values, service, run))
-                continue
-            phase = values.get(phase_key)
+            if read_all:
+                values = {kv.key: kv.value for kv in sp.attributes or ()}
+                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
+                if whole:
+                    add(span)
+                    continue
             if phase is not None:
                 if phase is UNSET:
                     phase = None
@@ -202,9 +210,6 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
                 else:
                     phase = _value(phase)
                     phase = None if phase is None else str(phase)
-            span = None
-            if not keys.isdisjoint(values):
-                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
             add((trace_id, span_id, parent_id, "" if sp.name is UNSET else sp.name,
                  start, end, phase, span))  # fmt: skip
     return out
