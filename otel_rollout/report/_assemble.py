@@ -17,9 +17,9 @@ from pathlib import Path
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
+from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
-from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
