@@ -110,7 +110,14 @@ def _value(v: Any) -> Any:
 def _attrs(values: dict[str, Any]) -> dict[str, Any]:
     """Attribute values (``key -> _Value``, the last of a repeated key) as the general
     reader has them."""
-    return {k: None if v is UNSET else _value(v) for k, v in values.items()}
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if v is UNSET:
+            out[k] = None
+        else:
+            text = v.stringValue  # the usual value: without a call
+            out[k] = text if text is not UNSET else _value(v)
+    return out
 
 
 class _Unusual(Exception):
@@ -193,7 +200,8 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
                     # int() or float() fails here as in the general reader
                     number = v.intValue
                     if number is UNSET:
-                        _value(v)
+                        if v.doubleValue.__class__ is not float:  # a JSON number: no check
+                            _value(v)
                     elif number.__class__ is str:
                         int(number)
             if read_all:
