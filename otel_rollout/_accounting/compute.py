@@ -345,30 +345,6 @@ def sequential_breakdown(
     return with_waits(bd, engine, loop_ns(attributes))
 
 
-def sequential_loop(
-    start_ns: int, end_ns: int, phases: Iterable[tuple[str, int, int]]
-) -> tuple[array, list[int]] | None:
-    """``phases`` as :func:`sequential_breakdown` takes them (flat triples, sums per band)
-    when they are a sequential loop inside ``[start_ns, end_ns]`` (band phases only, none
-    empty, each starting at or after the previous one's end), else None: the processor's
-    test, for phases read back from a span tree in the order they ended."""
-    index = _BAND_INDEX
-    sums = [0, 0, 0, 0]
-    flat: list[int] = []
-    add = flat.extend
-    last = start_ns
-    for phase, s, e in phases:
-        code = index.get(phase)
-        if code is None or s < last or e <= s:
-            return None
-        sums[code] += e - s
-        add((code, s, e))
-        last = e
-    if last > end_ns:
-        return None
-    return array("q", flat), sums
-
-
 def _finite_or_none(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

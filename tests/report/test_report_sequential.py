@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_rollout._accounting import span_tree
-from otel_rollout._accounting.compute import root_breakdown, sequential_loop
+from otel_rollout._accounting.compute import root_breakdown
 from otel_rollout._accounting.span_tree import outermost_phases
 from otel_rollout.report._assemble import breakdowns_from_spans
 from otel_rollout.report._model import RawSpan
@@ -80,7 +80,6 @@ def test_a_ten_turn_loop_takes_the_fast_path(monkeypatch):
     ],
 )
 def test_what_is_not_a_sequential_loop_goes_the_general_way(phases, monkeypatch):
-    assert sequential_loop(0, 10 * MS, phases) is None
     expected = _general(0, 10 * MS, _spans(0, 10 * MS, phases))
     calls = []
     general = span_tree.root_breakdown
