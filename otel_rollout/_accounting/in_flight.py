@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+#: The span name of the record (readers of a trace file skip it; no SDK import needed).
+SPAN_NAME = "rollout.in_flight"
+
 
 class OpenTrajectory(NamedTuple):
     """One running trajectory: ids, labels, start, and the phase it is in now."""

@@ -33,15 +33,14 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
-from otel_rollout._accounting.in_flight import InFlight, OpenTrajectory
+from otel_rollout._accounting.in_flight import SPAN_NAME, InFlight, OpenTrajectory
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._version import __version__
 
 _log = logging.getLogger("otel_rollout.export")
 
-#: The record's span name, and its attributes (arrays are parallel: one entry a class or
-#: a listed trajectory).
-SPAN_NAME = "rollout.in_flight"
+#: The record's attributes (arrays are parallel: one entry a class or a listed
+#: trajectory); its span name is SPAN_NAME.
 COUNT = "rollout.in_flight.count"
 ENV_CLASSES = "rollout.in_flight.env_classes"
 ENV_COUNTS = "rollout.in_flight.env_counts"

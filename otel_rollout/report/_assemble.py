@@ -17,9 +17,9 @@ from pathlib import Path
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
+from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
-from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
@@ -103,16 +103,18 @@ class TraceAssembler:
         opened = self._open
         done = self._done
         trajectory_id = A.TRAJECTORY_ID
-        seen = self._seen
-        counted = 0
+        seen = first = self._seen
         limit = self._max
+        peak = self.peak_buffered_spans
         due = self._due  # reloaded after each call that may change it
+        # the trace of the span before: a trajectory's spans mostly come one after another
+        last_tid: str | None = None
+        trace = None
         try:
             for tid, span_id, parent_id, name, start, end, phase, span in rows:
                 if parent_id is None and name == IN_FLIGHT_SPAN:
                     continue  # a writer's in-flight record (``otel-rollout top``)
                 seen += 1
-                counted += 1
                 if not start or start <= 0:
                     result.lose(LOSS_MISSING_START)
                     continue
@@ -122,6 +124,7 @@ class TraceAssembler:
                 if end < start:
                     if span is not None and trajectory_id in span.attributes and tid not in done:
                         result.lose(LOSS_INVERTED_ROOT)
+                        last_tid = None
                         trace = opened.get(tid)
                         if trace is None:
                             trace = opened[tid] = _Trace()
@@ -129,12 +132,14 @@ class TraceAssembler:
                     else:
                         result.lose(LOSS_INVERTED)
                     continue
-                if tid in done:
-                    result.lose(LOSS_LATE)
-                    continue
-                trace = opened.get(tid)
-                if trace is None:
-                    trace = opened[tid] = _Trace()
+                if tid is not last_tid:  # else still open: every finish forgets last_tid
+                    if tid in done:
+                        result.lose(LOSS_LATE)
+                        continue
+                    trace = opened.get(tid)
+                    if trace is None:
+                        trace = opened[tid] = _Trace()
+                    last_tid = tid
                 records = trace.records
                 if span_id in records:
                     result.lose(LOSS_DUPLICATE)
@@ -152,16 +157,19 @@ class TraceAssembler:
                     self._finish_ready()
                     due = self._due
                     buffered = self._buffered
+                    last_tid = None
                 if buffered > limit:
                     while self._buffered > limit and opened:
                         self._finish_trace(next(iter(opened)), cut=True)
                     due = self._due
                     buffered = self._buffered
-                if buffered > self.peak_buffered_spans:
-                    self.peak_buffered_spans = buffered
+                    last_tid = None
+                if buffered > peak:
+                    peak = buffered
         finally:
             self._seen = seen
-            result.spans += counted
+            self.peak_buffered_spans = peak
+            result.spans += seen - first
 
     def _whole_span(self, tid: str, trace: _Trace, span: RawSpan, phase: str | None) -> None:
         """What a span's other attributes say: engine timings, a root, a batch."""

@@ -110,7 +110,14 @@ def _value(v: Any) -> Any:
 def _attrs(values: dict[str, Any]) -> dict[str, Any]:
     """Attribute values (``key -> _Value``, the last of a repeated key) as the general
     reader has them."""
-    return {k: None if v is UNSET else _value(v) for k, v in values.items()}
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if v is UNSET:
+            out[k] = None
+        else:
+            text = v.stringValue  # the usual value: without a call
+            out[k] = text if text is not UNSET else _value(v)
+    return out
 
 
 class _Unusual(Exception):
@@ -178,22 +185,31 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
             if len(span_hex) != 16 or len(span_bytes) != 8:
                 raise _Unusual
             span_id = from_bytes(span_bytes)
-            values: dict[str, Any] = {}
-            for kv in sp.attributes or ():
-                v = values[kv.key] = kv.value
+            end = int(sp.endTimeUnixNano or 0) or None
+            start = int(sp.startTimeUnixNano or 0)
+            phase = span = None
+            read_all = whole
+            for kv in sp.attributes or ():  # the last of a repeated key, as in a dict
+                key = kv.key
+                v = kv.value
+                if key == phase_key:
+                    phase = v
+                elif key in keys:
+                    read_all = True
                 if v is not UNSET and v.stringValue is UNSET:
                     # int() or float() fails here as in the general reader
                     number = v.intValue
                     if number is UNSET:
-                        _value(v)
+                        if v.doubleValue.__class__ is not float:  # a JSON number: no check
+                            _value(v)
                     elif number.__class__ is str:
                         int(number)
-            end = int(sp.endTimeUnixNano or 0) or None
-            start = int(sp.startTimeUnixNano or 0)
-            if whole:
-                add(_raw_span(sp, trace_id, span_id, parent_id, values, service, run))
-                continue
-            phase = values.get(phase_key)
+            if read_all:
+                values = {kv.key: kv.value for kv in sp.attributes or ()}
+                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
+                if whole:
+                    add(span)
+                    continue
             if phase is not None:
                 if phase is UNSET:
                     phase = None
@@ -202,9 +218,6 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
                 else:
                     phase = _value(phase)
                     phase = None if phase is None else str(phase)
-            span = None
-            if not keys.isdisjoint(values):
-                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
             add((trace_id, span_id, parent_id, "" if sp.name is UNSET else sp.name,
                  start, end, phase, span))  # fmt: skip
     return out

@@ -6,9 +6,7 @@ import glob
 import json
 import os
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +31,9 @@ SEARCH_LIMIT = 10000
 
 def _get(url: str, timeout: float = 30.0, *, missing: Any = ...) -> Any:
     """The JSON at ``url``; a 404 answers ``missing`` when one is given."""
+    import urllib.error
+    import urllib.request  # here: a report of files never needs HTTP (start-up)
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             raw = resp.read().decode("utf-8")
@@ -125,6 +126,8 @@ def _jaeger_url(base: str, service: str | None, since: int | None, until: int | 
 
 def is_tempo(base: str, timeout: float = 5.0) -> bool:
     """Whether a base URL is a Tempo: it answers ``/api/echo`` with ``echo``."""
+    import urllib.request
+
     try:
         with urllib.request.urlopen(base.rstrip("/") + "/api/echo", timeout=timeout) as resp:
             return resp.status == 200 and resp.read(64).strip() == b"echo"
