@@ -53,6 +53,16 @@ class Job:
         return not self._done.is_set()
 
 
+def leave_signals_to_main_thread() -> None:
+    """Block SIGTERM and SIGHUP in the calling thread (one otel-rollout started), so the
+    kernel gives them to the main thread, whose handler then runs at once: a signal taken
+    by another thread waits until the main thread next runs Python, which one blocked in
+    C (a lock, a semaphore) may never do."""
+    if hasattr(signal, "pthread_sigmask"):
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+
+
 class _Standby:
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
@@ -62,9 +72,7 @@ class _Standby:
         self.thread.start()
 
     def _serve(self) -> None:
-        if hasattr(signal, "pthread_sigmask"):  # the main thread takes SIGTERM/SIGHUP
-            with contextlib.suppress(ValueError, OSError):
-                signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        leave_signals_to_main_thread()
         while True:
             self.jobs.get().run()
 

@@ -34,6 +34,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from otel_rollout._accounting.in_flight import SPAN_NAME, InFlight, OpenTrajectory
+from otel_rollout._base import standby
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._version import __version__
 
@@ -180,6 +181,7 @@ class InFlightExporter(SpanExporter):
             return False
 
     def _run(self) -> None:
+        standby.leave_signals_to_main_thread()  # started lazily, even in a forked child
         pid = os.getpid()
         wait = self._interval
         while not self._stop.wait(wait):

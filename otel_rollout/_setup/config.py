@@ -99,7 +99,9 @@ def configure(
 
     def build() -> Rollout:
         settings = resolve(**{k: v for k, v in given.items() if k in BY_NAME})
-        return _build(settings, on_breakdown=on_breakdown, summary_stream=summary_stream)
+        rollout = _build(settings, on_breakdown=on_breakdown, summary_stream=summary_stream)
+        preemption.keep_off_threads_forks_restart()  # after the pipeline's own fork hooks
+        return rollout
 
     if local:
         return build()

@@ -24,6 +24,7 @@ needs, and then the bound still holds.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -137,6 +138,53 @@ def kept_off_new_threads() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class _ForkMask:
+    """The forking thread's signal mask, saved while a fork blocks SIGTERM and SIGHUP."""
+
+    saved: Any = None
+    #: the latest hook registered by :func:`keep_off_threads_forks_restart` (only it acts)
+    generation = 0
+
+
+_fork_mask = _ForkMask()
+
+
+def _block_for_fork() -> None:
+    if _previous:  # this module's handler is set, and inherited by the child
+        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, _numbers())
+
+
+def _unblock_after_fork() -> None:
+    saved, _fork_mask.saved = _fork_mask.saved, None
+    if saved is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
+def keep_off_threads_forks_restart() -> None:
+    """Threads restarted in a forked child by the fork hooks registered so far (the SDK's
+    export threads, otel-rollout's) never take SIGTERM or SIGHUP, as in the parent.
+
+    A fork blocks both signals in the forking thread, whose mask the child's main thread
+    and every thread the child's fork hooks start inherit; a hook registered now, after
+    the pipeline's, puts the main thread's mask back once they have run. Without it a
+    ``multiprocessing`` worker killed by ``Pool.terminate()`` while its main thread waits
+    on the pool's queue (a semaphore, which only a signal to that thread interrupts) could
+    see the signal taken by an export thread and hang. Call after building a pipeline."""
+    if not hasattr(os, "register_at_fork") or not hasattr(signal, "pthread_sigmask"):
+        return
+    with _lock:
+        _fork_mask.generation += 1
+        mine = _fork_mask.generation
+    if mine == 1:
+        os.register_at_fork(before=_block_for_fork, after_in_parent=_unblock_after_fork)
+
+    def after_in_child() -> None:
+        if mine == _fork_mask.generation:  # the latest: after every pipeline's hooks
+            _unblock_after_fork()
+
+    os.register_at_fork(after_in_child=after_in_child)
 
 
 @contextmanager

@@ -201,3 +201,49 @@ def test_threads_the_pipeline_starts_leave_the_signals_to_the_main_thread(tmp_pa
         assert [t for t in ours if t[1] != "blocks"] == [], threads
     finally:
         receiver.stop()
+
+
+_CHILD_MASKS = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import otel_rollout
+    rollout = otel_rollout.configure(metrics_exporter="none", output_dir=sys.argv[1])
+    with rollout.tracer.trajectory("before", env="e"):
+        pass
+    assert rollout.force_flush(10)  # the export thread runs before the fork
+    pid = os.fork()
+    if pid == 0:  # the SDK restarts its export thread here; the in-flight one starts here
+        for i in range(20):
+            with rollout.tracer.trajectory(f"t{i}", env="e"):
+                pass
+        rollout.force_flush(10)
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        both = (1 << (signal.SIGTERM - 1)) | (1 << (signal.SIGHUP - 1))
+        for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                fields = dict(line.split(":\\t", 1) for line in f.read().splitlines())
+            blocked = int(fields["SigBlk"], 16) & both == both
+            name = "MAIN" if tid == os.getpid() else names.get(tid, fields["Name"])
+            print(name, "blocks" if blocked else "takes", flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("PARENT", "blocks" if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+          else "takes")
+    rollout.shutdown()
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+def test_threads_restarted_in_a_forked_child_leave_the_signals_to_its_main_thread(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=os.getcwd(), OTEL_ROLLOUT_ANNOUNCE="false")
+    done = subprocess.run([sys.executable, "-c", _CHILD_MASKS, str(tmp_path)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    threads = [line.rsplit(" ", 1) for line in done.stdout.splitlines()]
+    assert ["MAIN", "takes"] in threads and ["PARENT", "takes"] in threads, threads
+    ours = [t for t in threads if t[0].startswith(_PIPELINE_THREADS)]
+    # the SDK's export thread (restarted by its fork hook), the standby, the in-flight one
+    assert len(ours) >= 3, threads
+    assert [t for t in ours if t[1] != "blocks"] == [], threads
