@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import types
+import weakref
 
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
@@ -77,12 +79,33 @@ def _end_spans(tracer, n: int, start: int = 0) -> None:
         span.end(end_time=5_000 + i)
 
 
-def _traversed() -> int:
-    """References the garbage collector follows in a full collection (every tracked
-    object's referents), after two collections have untracked what they can."""
+#: Not followed from the processor: code, modules and classes lead to the whole program.
+_NOT_FOLLOWED = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                 types.ModuleType, type, weakref.ReferenceType, threading.Thread)  # fmt: skip
+
+
+def _traversed(root: object) -> int:
+    """References the garbage collector follows in a full collection among what ``root``
+    (the span processor) holds: each tracked object's referents, after two collections
+    have untracked what they can. Walks only what the processor reaches, not the whole
+    heap, whose size depends on what else the test session holds."""
     gc.collect()
     gc.collect()
-    return sum(len(gc.get_referents(o)) for o in gc.get_objects())
+    seen = {id(root)}
+    todo = [root]
+    followed = 0
+    while todo:
+        obj = todo.pop()
+        referents = gc.get_referents(obj)
+        followed += len(referents)
+        for ref in referents:
+            if id(ref) in seen or not gc.is_tracked(ref) or isinstance(ref, _NOT_FOLLOWED):
+                continue
+            if isinstance(ref, dict) and "__builtins__" in ref:
+                continue  # a module's globals
+            seen.add(id(ref))
+            todo.append(ref)
+    return followed
 
 
 def _pipeline(tmp_path, capture=None):
@@ -100,10 +123,10 @@ def test_while_the_writer_hangs_the_spans_waiting_are_held_in_few_objects(tmp_pa
     go, proc, tracer = _pipeline(tmp_path)
     try:
         _end_spans(tracer, BACKLOG_ABOVE + 2_000)  # the queue full, the backlog begun
-        before = _traversed()
+        before = _traversed(proc)
         extra = 40 * CHUNK
         _end_spans(tracer, extra, start=BACKLOG_ABOVE + 2_000)
-        grown = _traversed() - before
+        grown = _traversed(proc) - before
         stats = proc.stats
         assert stats.pending + stats.in_flight == BACKLOG_ABOVE + 2_000 + extra
         # a queue of records would add one reference per span (10,240 here)
