@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,9 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least_one,
         metavar="N",
         help="processes reading several trace files (rotated files, a glob, a folder) "
-        f"at once (default: the core count, {os.cpu_count() or 1}); the figures are the "
-        "same as with 1, which reads them in this process. Inputs under 16 MB are read in "
-        "this process",
+        "at once (default 1: this process reads them); the figures are the same. Worth it "
+        "with idle cores and files of tens of MB: each worker holds a whole file's "
+        "trajectories. Inputs under 16 MB are read in this process",
     )
     rep.add_argument(
         "--baseline",
