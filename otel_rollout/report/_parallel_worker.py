@@ -23,7 +23,7 @@ from typing import Any
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import PhaseInterval
-from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
+from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout.report._assemble import TraceAssembler
 from otel_rollout.report._documents import _decode_id
 from otel_rollout.report._files import iter_file_rows

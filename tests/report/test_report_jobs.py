@@ -9,6 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
+from _otlp_lines import line as _line
+from _otlp_lines import span as _span
 
 from otel_rollout import attributes as A
 from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
@@ -19,30 +21,6 @@ from otel_rollout.report._parallel import read_sources_parallel
 from otel_rollout.report._sources import read_sources
 
 T0 = 1_700_000_000_000_000_000
-
-
-def _kv(key, value):
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": str(value)}}
-
-
-def _span(trace, sid, parent, name, start, end, **attrs):
-    sp = {"traceId": format(trace, "032x"), "spanId": format(sid, "016x"), "name": name,
-          "attributes": [_kv(k, v) for k, v in attrs.items()]}  # fmt: skip
-    if parent is not None:
-        sp["parentSpanId"] = format(parent, "016x")
-    if start is not None:
-        sp["startTimeUnixNano"] = str(start)
-    if end is not None:
-        sp["endTimeUnixNano"] = str(end)
-    return sp
-
-
-def _line(spans, service="svc"):
-    return json.dumps({"resourceSpans": [{
-        "resource": {"attributes": [_kv("service.name", service)]},
-        "scopeSpans": [{"spans": spans}]}]})  # fmt: skip
 
 
 def _trajectory(rng: random.Random, trace: int, start: int, root: int = 0) -> list[dict]:
