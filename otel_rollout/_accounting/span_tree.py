@@ -93,7 +93,7 @@ def sequential_children(
     ``spans`` (the order they ended), as the processor tests while they end; else None.
     One pass, where :func:`outermost_phases` and the test would make two."""
     index = _BAND_INDEX
-    sums = [0, 0, 0, 0]
+    sums = [0] * len(A.BANDS)
     flat: list[int] = []
     out: list[PhaseInterval] = []
     add = out.append

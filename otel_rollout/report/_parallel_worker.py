@@ -314,46 +314,35 @@ def read_file(
     old = gc.get_threshold()
     gc.set_threshold(50_000, 20, 100)  # as the command's own read: spans held survive
     try:
-        return _read_file(path, ids, divert, bands, window, max_buffered)
+        result = CountingResult()
+        out = FileRead(result)
+        tracker = Tracker(result, bands, window, window, max_buffered, divert)
+        for rows in iter_file_rows(path, result, out.messages.append):
+            if out.problem is None and not ids.issuperset(map(_trace_id, rows)):
+                tid = next(r[0] for r in rows if r[0] not in ids)
+                out.problem = f"{path}: a trace id the byte scan did not find ({tid!r})"
+            tracker.add_rows(rows)
+        out.peak = tracker.asm.peak_buffered_spans
+        tracker.finish()
+        if tracker.far is not None:
+            out.problem = f"{path}: trace {tracker.far} has a span {window}+ spans after its root"
+        elif out.peak >= max_buffered:
+            out.problem = f"{path}: the read buffer filled ({max_buffered} spans)"
+        out.positions = tracker.position
+        out.last_added = tracker.last_added
+        out.groups = tracker.groups()
+        out.diverted = tracker.diverted
+        traces = tracker.traces
+        out.incomplete = [(traces[tid][0], tid) for tid in result.incomplete]
+        out.batch_events = tracker.batch_events
+        out.first_loss = result.first_loss
+        for _first, root, n in traces.values():
+            if root < 0:
+                out.rootless += n
+            elif root + window > tracker.last_added:
+                out.open_at_end.append((root, n))
+        result.incomplete, result.warnings, result.batches = [], [], {}
+        result.first_loss = {}
+        return out
     finally:
         gc.set_threshold(*old)
-
-
-def _read_file(
-    path: str,
-    ids: frozenset[str],
-    divert: frozenset[str],
-    bands: Mapping[str, str] | None,
-    window: int,
-    max_buffered: int,
-) -> FileRead:
-    result = CountingResult()
-    out = FileRead(result)
-    tracker = Tracker(result, bands, window, window, max_buffered, divert)
-    for rows in iter_file_rows(path, result, out.messages.append):
-        if out.problem is None and not ids.issuperset(map(_trace_id, rows)):
-            tid = next(r[0] for r in rows if r[0] not in ids)
-            out.problem = f"{path}: a trace id the byte scan did not find ({tid!r})"
-        tracker.add_rows(rows)
-    out.peak = tracker.asm.peak_buffered_spans
-    tracker.finish()
-    if tracker.far is not None:
-        out.problem = f"{path}: trace {tracker.far} has a span {window}+ spans after its root"
-    elif out.peak >= max_buffered:
-        out.problem = f"{path}: the read buffer filled ({max_buffered} spans)"
-    out.positions = tracker.position
-    out.last_added = tracker.last_added
-    out.groups = tracker.groups()
-    out.diverted = tracker.diverted
-    traces = tracker.traces
-    out.incomplete = [(traces[tid][0], tid) for tid in result.incomplete]
-    out.batch_events = tracker.batch_events
-    out.first_loss = result.first_loss
-    for _first, root, n in traces.values():
-        if root < 0:
-            out.rootless += n
-        elif root + window > tracker.last_added:
-            out.open_at_end.append((root, n))
-    result.incomplete, result.warnings, result.batches = [], [], {}
-    result.first_loss = {}
-    return out

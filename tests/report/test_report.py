@@ -15,6 +15,8 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 import pytest
+from _otlp_lines import line as _line
+from _otlp_lines import span as _span
 
 from otel_rollout import attributes as A
 from otel_rollout import configure, summarize
@@ -40,32 +42,6 @@ T0 = 1_700_000_000_000_000_000  # ns
 
 
 # --- writing trace files by hand -------------------------------------------------------------
-
-
-def _kv(key, value):
-    if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": str(value)}}
-
-
-def _span(trace, sid, parent, name, start, end, **attrs):
-    sp = {"traceId": format(trace, "032x"), "spanId": format(sid, "016x"), "name": name,
-          "attributes": [_kv(k, v) for k, v in attrs.items()]}  # fmt: skip
-    if parent is not None:
-        sp["parentSpanId"] = format(parent, "016x")
-    if start is not None:
-        sp["startTimeUnixNano"] = str(start)
-    if end is not None:
-        sp["endTimeUnixNano"] = str(end)
-    return sp
-
-
-def _line(spans, service="svc"):
-    return json.dumps({"resourceSpans": [{
-        "resource": {"attributes": [_kv("service.name", service)]},
-        "scopeSpans": [{"spans": spans}]}]})  # fmt: skip
 
 
 def _trajectory(trace, *, start=T0, e2e=100, phases=(("llm", 10, 40), ("env", 40, 70)),

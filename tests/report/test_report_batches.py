@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 
+from _otlp_lines import line as _line
+from _otlp_lines import span as _span
+
 from otel_rollout import attributes as A
 from otel_rollout import configure
 from otel_rollout.cli import main
@@ -12,27 +15,6 @@ from otel_rollout.report._batches import BatchView, batch_dict
 
 U = 1_000_000_000
 T0 = 1_700_000_000 * U
-
-
-def _kv(key, value):
-    if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
-    return {"key": key, "value": {"stringValue": str(value)}}
-
-
-def _span(trace, sid, parent, name, start, end, **attrs):
-    sp = {"traceId": format(trace, "032x"), "spanId": format(sid, "016x"), "name": name,
-          "startTimeUnixNano": str(start), "endTimeUnixNano": str(end),
-          "attributes": [_kv(k, v) for k, v in attrs.items()]}  # fmt: skip
-    if parent is not None:
-        sp["parentSpanId"] = format(parent, "016x")
-    return sp
-
-
-def _line(spans):
-    return json.dumps({"resourceSpans": [{
-        "resource": {"attributes": [_kv("service.name", "svc")]},
-        "scopeSpans": [{"spans": spans}]}]})  # fmt: skip
 
 
 #: The closed-form batch of test_batch.py (seconds after T0), as trace-file spans.
