@@ -4,6 +4,8 @@ below a root; and the breakdown of the trajectory rooted there."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from array import array
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -18,6 +20,11 @@ _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 SpanTuple = tuple[int, int | None, int, int | None, str | None]
 #: A band's index in A.BANDS.
 _BAND_INDEX = MappingProxyType({band: i for i, band in enumerate(A.BANDS)})
+
+_compiled: Any = None
+if os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
+    with contextlib.suppress(ImportError):  # built without a C compiler: the Python loop
+        from otel_rollout._speedups import sequential_children as _compiled
 
 
 class SpanRecord(NamedTuple):
@@ -84,6 +91,19 @@ def breakdown_from_tree(
 
 
 def sequential_children(
+    root_span_id: int, start_ns: int, end_ns: int, spans: Sequence[SpanTuple]
+) -> tuple[list[PhaseInterval], array, list[int]] | None:
+    """See :func:`_sequential_children`: the same, in C where :mod:`otel_rollout._speedups`
+    is built and the records are plain 64-bit integers."""
+    if _compiled is not None:
+        got = _compiled(root_span_id, start_ns, end_ns, spans, A.BANDS, PhaseInterval,
+                        array)  # fmt: skip
+        if got is not NotImplemented:
+            return got
+    return _sequential_children(root_span_id, start_ns, end_ns, spans)
+
+
+def _sequential_children(
     root_span_id: int, start_ns: int, end_ns: int, spans: Sequence[SpanTuple]
 ) -> tuple[list[PhaseInterval], array, list[int]] | None:
     """The outermost phases below a root and what :func:`sequential_breakdown` takes (flat

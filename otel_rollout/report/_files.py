@@ -10,7 +10,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from otel_rollout.report._documents import loss_records, parse_document
 from otel_rollout.report._model import (
@@ -26,9 +26,9 @@ from otel_rollout.report._otlp_typed import typed_rows, typed_spans
 #: A ``.json`` file smaller than this is also tried as one document (Jaeger UI downloads).
 _WHOLE_DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
 
-#: Read buffer: a trace file's lines are batches of hundreds of KB; the default 8 KiB
-#: buffer reads each in many pieces and joins them (half the CPU of going through lines).
-_BUFFER_BYTES = 1 << 20
+#: Read at once: a trace file's lines are batches of hundreds of KB, handed on as views
+#: into these chunks (copying each line out costs as much as a fifth of the decoding).
+_BUFFER_BYTES = 4 << 20
 
 Warn = Callable[[str], object]
 T = TypeVar("T")
@@ -66,7 +66,7 @@ def _read(path: str | Path, result: ReadResult, warn: Warn | None,
     path = Path(path)
     warn = warn or _default_warn
     try:
-        f = path.open("rb", buffering=_BUFFER_BYTES)
+        f = path.open("rb", buffering=0)
     except OSError as exc:
         raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with f:
@@ -78,14 +78,15 @@ def _read(path: str | Path, result: ReadResult, warn: Warn | None,
                     return
                 f.seek(0)
             lineno = 0
-            for raw in f:
+            for raw in _lines(f):
                 lineno += 1
-                if not raw or raw.isspace():  # as ``not raw.strip()``, without a copy
+                if not raw or (raw[0] in _SPACE and bytes(raw).isspace()):  # a blank line
                     continue
                 got = fast(raw)
                 if got is not None:  # the usual trace-file line, decoded the fast way
                     yield got
                     continue
+                raw = bytes(raw)
                 where = f"{path}:{lineno}"
                 try:
                     doc = json.loads(raw)
@@ -107,6 +108,36 @@ def _read(path: str | Path, result: ReadResult, warn: Warn | None,
                 yield general(spans)
         except OSError as exc:
             raise TraceReadError(f"{path}: read failed: {exc.strerror or exc}") from None
+
+
+#: The bytes ``bytes.isspace`` takes for white space: a line starting otherwise is not blank.
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | memoryview]:
+    """The lines of ``f`` as ``for line in f`` gives them (each with its ``\n``; the
+    last one without where the file does not end with one), most as views into a chunk
+    read at once rather than a copy each: only a line across two chunks is joined."""
+    parts: list[bytes] = []  # the start of a line begun in an earlier chunk
+    while chunk := f.read(_BUFFER_BYTES):
+        view = memoryview(chunk)
+        pos = 0
+        find = chunk.find
+        end = find(b"\n")
+        if end >= 0 and parts:
+            parts.append(chunk[: end + 1])
+            yield b"".join(parts)
+            parts.clear()
+            pos = end + 1
+            end = find(b"\n", pos)
+        while end >= 0:
+            yield view[pos : end + 1]
+            pos = end + 1
+            end = find(b"\n", pos)
+        if pos < len(chunk):
+            parts.append(chunk[pos:])
+    if parts:
+        yield b"".join(parts)
 
 
 def _whole_document(data: bytes, path: Path) -> list[RawSpan] | None:

@@ -20,6 +20,7 @@ looked at for their phase.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,8 +131,7 @@ def _resources(doc: Any) -> Iterator[tuple[str | None, str | None, list[Any]]]:
         if rs.scopeSpans is UNSET and rs.instrumentationLibrarySpans is not UNSET:
             raise _Unusual
         res = rs.resource
-        kvs = res.attributes if res is not UNSET else None
-        resource = _attrs({kv.key: kv.value for kv in kvs or ()})
+        resource = _attributes(res.attributes if res is not UNSET else None)
         service = resource.get("service.name")
         run_id = resource.get(RUN_ID)
         run = None if run_id is None else str(run_id)
@@ -140,7 +140,8 @@ def _resources(doc: Any) -> Iterator[tuple[str | None, str | None, list[Any]]]:
 
 
 def _raw_span(sp: Any, trace_id: str, span_id: int, parent_id: int | None,
-              values: dict[str, Any], service: str | None, run: str | None) -> RawSpan:  # fmt: skip
+              attributes: dict[str, Any], service: str | None,
+              run: str | None) -> RawSpan:  # fmt: skip
     code = sp.status.code if sp.status is not None else None
     end = int(sp.endTimeUnixNano or 0)
     return RawSpan(
@@ -150,7 +151,7 @@ def _raw_span(sp: Any, trace_id: str, span_id: int, parent_id: int | None,
         name="" if sp.name is UNSET else sp.name,
         start_ns=int(sp.startTimeUnixNano or 0),
         end_ns=end or None,
-        attributes=_attrs(values),
+        attributes=attributes,
         status_code=StatusCode.ERROR if code in (2, "STATUS_CODE_ERROR") else None,
         service=service,
         run_id=run,
@@ -205,8 +206,8 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
                     elif number.__class__ is str:
                         int(number)
             if read_all:
-                values = {kv.key: kv.value for kv in sp.attributes or ()}
-                span = _raw_span(sp, trace_id, span_id, parent_id, values, service, run)
+                span = _raw_span(sp, trace_id, span_id, parent_id, _attributes(sp.attributes),
+                                 service, run)  # fmt: skip
                 if whole:
                     add(span)
                     continue
@@ -223,6 +224,60 @@ def _rows(doc: Any, whole: bool) -> list[Any]:
     return out
 
 
+def _check_value(v: Any) -> None:
+    _value(v)
+
+
+def _phase_value(v: Any) -> str | None:
+    value = _value(v)
+    return None if value is None else str(value)
+
+
+def _whole_span(sp: Any, trace_id: str, span_id: int, parent_id: int | None,
+                service: str | None, run: str | None) -> RawSpan:  # fmt: skip
+    return _raw_span(sp, trace_id, span_id, parent_id, _attributes(sp.attributes), service,
+                     run)  # fmt: skip
+
+
+def _kv_attrs(kvs: list[Any] | None) -> dict[str, Any]:
+    return _attrs({kv.key: kv.value for kv in kvs or ()})
+
+
+def _parent_miss(raw: str | None) -> int | None:
+    parent = _decode_id(raw, 16)
+    return int(parent, 16) if parent else None
+
+
+def _trace_miss(raw: str) -> str:
+    return _decode_id(raw, 32)
+
+
+def _compiled_rows(doc: Any) -> list[Any]:
+    """:func:`_rows` of a line's rows (not whole spans), the span loop in C."""
+    out: list[Any] = []
+    traces: dict[str, str] = {}
+    parents: dict[str | None, int | None] = {}
+    for service, run, spans in _resources(doc):
+        if spans:
+            _span_rows(spans, out, traces, parents, service, run)
+    return out
+
+
+_span_rows: Any = None
+_attributes: Any = _kv_attrs
+if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from otel_rollout import _speedups
+    except ImportError:  # built without a C compiler: the Python loop
+        pass
+    else:
+        _speedups.configure_rows(_Span, _KeyValue, _Value, _Array, UNSET, A.PHASE, WHOLE_SPAN_KEYS,
+                         _trace_miss, _parent_miss, _check_value, _phase_value,
+                         _whole_span, _value)  # fmt: skip
+        _span_rows = _speedups.span_rows
+        _attributes = _speedups.attributes
+
+
 def _decode(line: bytes, whole: bool) -> list[Any] | None:
     if msgspec is None:
         return None
@@ -232,7 +287,7 @@ def _decode(line: bytes, whole: bool) -> list[Any] | None:
             x is not UNSET for x in (doc.batches, doc.data, doc.trace, doc.result)
         ):
             return None
-        out = _rows(doc, whole)
+        out = _rows(doc, whole) if whole or _span_rows is None else _compiled_rows(doc)
     except Exception:  # the general reader says what is wrong, or reads it its way
         return None
     return out or None

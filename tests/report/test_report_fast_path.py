@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import _loops
 import pytest
 
 from otel_rollout import configure
@@ -18,6 +19,12 @@ from otel_rollout.report import _files
 from otel_rollout.report._documents import parse_document
 from otel_rollout.report._model import row_of
 from otel_rollout.report._otlp_typed import WHOLE_SPAN_KEYS, typed_rows, typed_spans
+
+
+@pytest.fixture(autouse=True, params=_loops.MODES)
+def _loops_run(request, monkeypatch):
+    """Each test with the loops in C and in Python: both give the general reader's figures."""
+    _loops.use(request.param, monkeypatch)
 
 
 def _write_run(folder, n=40):

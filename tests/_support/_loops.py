@@ -1,0 +1,27 @@
+"""The report's hot loops run in C (``otel_rollout._speedups``) where it is built, else in
+Python: tests of those loops run both ways with :func:`use`."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_rollout._accounting import span_tree
+from otel_rollout.report import _otlp_typed
+
+try:
+    from otel_rollout import _speedups
+except ImportError:  # no C compiler where the package was installed
+    _speedups = None
+
+#: The ways the loops run: a fixture's params.
+MODES = ("C", "python")
+
+
+def use(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the loops run ``mode``'s way for a test (skips "C" where it is not built)."""
+    if mode == "python":
+        monkeypatch.setattr(_otlp_typed, "_span_rows", None)
+        monkeypatch.setattr(_otlp_typed, "_attributes", _otlp_typed._kv_attrs)
+        monkeypatch.setattr(span_tree, "_compiled", None)
+    elif _speedups is None or _otlp_typed._span_rows is None:
+        pytest.skip("otel_rollout._speedups is not built here (no C compiler)")
