@@ -96,7 +96,39 @@ field(PyObject *obj, Py_ssize_t off)
     return v;
 }
 
-/* ``int(x or 0)``: None, "" and 0 are 0; a str goes through int()'s own parser */
+/* whether a str is 1 to 19 ASCII digits (int() takes it whatever its limits) */
+static int
+digits_only(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n == 0 || n > 19 || PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND)
+        return 0;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* ``int(s)`` of a str: up to 19 ASCII digits here (a nanosecond time), else int()'s own
+   parser (signs, spaces, underscores, other digits, big numbers, errors) */
+static PyObject *
+int_of(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n > 0 && n <= 19 && PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+        unsigned long long v = 0; /* 19 digits fit: below 2**64 */
+        Py_ssize_t i = 0;
+        for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+            v = v * 10 + (p[i] - '0');
+        if (i == n)
+            return PyLong_FromUnsignedLongLong(v);
+    }
+    return PyLong_FromUnicodeObject(s, 10);
+}
+
+/* ``int(x or 0)``: None, "" and 0 are 0; a str goes through int_of */
 static PyObject *
 as_int(PyObject *x)
 {
@@ -109,7 +141,7 @@ as_int(PyObject *x)
     if (PyUnicode_CheckExact(x)) {
         if (PyUnicode_GET_LENGTH(x) == 0)
             return PyLong_FromLong(0);
-        return PyLong_FromUnicodeObject(x, 10);
+        return int_of(x);
     }
     return PyNumber_Long(x);
 }
@@ -215,6 +247,8 @@ check_value(PyObject *v)
         return r == NULL ? -1 : 0;
     }
     if (PyUnicode_CheckExact(number)) {
+        if (digits_only(number))  /* int() takes it: no need to make it */
+            return 0;
         PyObject *r = PyLong_FromUnicodeObject(number, 10);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
@@ -504,7 +538,7 @@ value_of(PyObject *v)
         if (PyLong_CheckExact(x))
             return Py_NewRef(x);
         if (PyUnicode_CheckExact(x))
-            return PyLong_FromUnicodeObject(x, 10);
+            return int_of(x);
         return PyObject_CallOneArg(st.attr_value, v);
     }
     if ((x = field(v, st.dbl)) == NULL)
@@ -567,11 +601,176 @@ fail:
     return NULL;
 }
 
+/* a count the assembler compares with: an int, or inf (never); -1 with an exception */
+static long long
+bound_of(PyObject *x)
+{
+    if (PyFloat_Check(x)) {
+        double d = PyFloat_AS_DOUBLE(x);
+        if (d >= 9.2e18)
+            return LLONG_MAX;
+        PyErr_SetString(PyExc_ValueError, "a finite float bound");
+        return -1;
+    }
+    return PyLong_AsLongLong(x);
+}
+
+/* a time the assembler takes as is: an int in (0, 2**63); 0 for anything else */
+static inline long long
+time_of(PyObject *x)
+{
+    if (!PyLong_CheckExact(x))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    return overflow || v <= 0 ? 0 : v;
+}
+
+/* add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, in_flight)
+   -> (i, seen, buffered, peak, stop, trace): TraceAssembler._add_each for rows[i:], in C
+   while each row is a plain one: a span with its times, of a trace not finished, not seen
+   before in it, not the writer's in-flight record. It stops
+   - before a row that is not plain (stop 0, i < len(rows)): add_rows takes it its way;
+   - after a plain row it kept that has a whole span (stop 1, ``trace`` its trace: add_rows
+     reads the span), or after which traces are due or too many spans are held (stop 2):
+     add_rows then does what follows a kept row (peak not yet counted for it);
+   - at the end of the rows (stop 0, i == len(rows)). */
+static PyObject *
+add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static PyObject *records_name, *has_phase_name;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "add_run takes 11 arguments");
+        return NULL;
+    }
+    if (records_name == NULL) {
+        records_name = PyUnicode_InternFromString("records");
+        has_phase_name = PyUnicode_InternFromString("has_phase");
+        if (records_name == NULL || has_phase_name == NULL)
+            return NULL;
+    }
+    PyObject *rows = args[0], *opened = args[2], *done = args[3], *new_trace = args[9];
+    PyObject *in_flight = args[10];
+    if (!PyList_CheckExact(rows) || !PyDict_Check(opened) || !PyDict_Check(done)
+        || !PyUnicode_CheckExact(in_flight)) {
+        PyErr_SetString(PyExc_TypeError, "add_run: a list of rows, two dicts, a str");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long seen = PyLong_AsLongLong(args[4]), buffered = PyLong_AsLongLong(args[5]);
+    long long due = bound_of(args[6]), limit = bound_of(args[7]);
+    long long peak = PyLong_AsLongLong(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *tid = NULL, *trace = NULL, *records = NULL; /* the trace of the run (owned) */
+    int has_phase = 0, stop = 0;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    while (i < n) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 8)
+            break;
+        PyObject *t = PyTuple_GET_ITEM(row, 0), *span_id = PyTuple_GET_ITEM(row, 1);
+        PyObject *parent = PyTuple_GET_ITEM(row, 2), *name = PyTuple_GET_ITEM(row, 3);
+        PyObject *start = PyTuple_GET_ITEM(row, 4), *end = PyTuple_GET_ITEM(row, 5);
+        PyObject *phase = PyTuple_GET_ITEM(row, 6), *whole = PyTuple_GET_ITEM(row, 7);
+        if (parent == Py_None) { /* the in-flight record is skipped, uncounted: add_rows */
+            if (!PyUnicode_CheckExact(name))
+                break;
+            int eq = PyUnicode_Compare(name, in_flight);
+            if (eq == -1 && PyErr_Occurred())
+                goto fail;
+            if (eq == 0)
+                break;
+        }
+        long long s = time_of(start), e = time_of(end);
+        if (s == 0 || e == 0 || e < s)
+            break;
+        if (t != tid) {
+            if (!PyUnicode_CheckExact(t))
+                break;
+            int in = PyDict_Contains(done, t);
+            if (in < 0)
+                goto fail;
+            if (in)
+                break;
+            if (has_phase && PyObject_SetAttr(trace, has_phase_name, Py_True) < 0)
+                goto fail;
+            has_phase = 0;
+            PyObject *next = PyDict_GetItemWithError(opened, t);
+            if (next != NULL)
+                Py_INCREF(next);
+            else {
+                if (PyErr_Occurred())
+                    goto fail;
+                next = PyObject_CallNoArgs(new_trace); /* opened[tid] = _Trace() */
+                if (next == NULL || PyObject_SetItem(opened, t, next) < 0) {
+                    Py_XDECREF(next);
+                    goto fail;
+                }
+            }
+            Py_XSETREF(trace, next);
+            Py_XSETREF(records, PyObject_GetAttr(trace, records_name));
+            if (records == NULL)
+                goto fail;
+            if (!PyDict_CheckExact(records)) {
+                PyErr_SetString(PyExc_TypeError, "a trace's records: not a dict");
+                goto fail;
+            }
+            tid = t;
+        }
+        int seen_before = PyDict_Contains(records, span_id);
+        if (seen_before < 0)
+            goto fail;
+        if (seen_before)
+            break;
+        PyObject *rec = PyTuple_Pack(5, span_id, parent, start, end, phase);
+        if (rec == NULL)
+            goto fail;
+        if ((phase == Py_None || PyUnicode_CheckExact(phase)) && PyLong_CheckExact(span_id)
+            && (parent == Py_None || PyLong_CheckExact(parent)))
+            PyObject_GC_UnTrack(rec); /* ints, a str, None: nothing for the collector */
+        int failed = PyDict_SetItem(records, span_id, rec);
+        Py_DECREF(rec);
+        if (failed)
+            goto fail;
+        seen++;
+        buffered++;
+        i++;
+        if (whole != Py_None) {
+            stop = 1;
+            break;
+        }
+        if (phase != Py_None)
+            has_phase = 1;
+        if (seen >= due || buffered > limit) {
+            stop = 2;
+            break;
+        }
+        if (buffered > peak)
+            peak = buffered;
+    }
+    if (has_phase && PyObject_SetAttr(trace, has_phase_name, Py_True) < 0)
+        goto fail;
+    Py_XDECREF(records);
+    PyObject *out = Py_BuildValue("(nLLLiO)", i, seen, buffered, peak, stop,
+                                  stop == 1 ? trace : Py_None);
+    Py_XDECREF(trace);
+    return out;
+fail:
+    Py_XDECREF(records);
+    Py_XDECREF(trace);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure_rows", configure, METH_VARARGS,
      "configure(Span, KeyValue, Value, Array, UNSET, phase_key, whole_keys, trace_miss, "
      "parent_miss, check_value, phase_value, whole_span, value): what span_rows and "
      "attributes read with."},
+    {"add_run", (PyCFunction)(void (*)(void))add_run, METH_FASTCALL,
+     "add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, "
+     "in_flight): TraceAssembler._add_each for a run of plain rows; "
+     "(i, seen, buffered, peak, stop, trace)."},
     {"attributes", attributes, METH_O,
      "attributes(kvs): a span's attributes as a dict, as _otlp_typed._attrs has them."},
     {"span_rows", (PyCFunction)(void (*)(void))span_rows, METH_FASTCALL,

@@ -34,7 +34,12 @@ from types import MappingProxyType
 from typing import Any
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.breakdown import MAX_INTERVALS, Breakdown, PhaseInterval
+from otel_rollout._accounting.breakdown import (
+    MAX_INTERVALS,
+    Breakdown,
+    PhaseInterval,
+    new_breakdown,
+)
 from otel_rollout._accounting.waits import loop_ns
 from otel_rollout._base.semconv import bounded_status
 
@@ -247,36 +252,21 @@ def _assemble(
     e2e = nanos["e2e"] = root - outside_len
     queue = nanos[A.PHASE_ENV_QUEUE] = _union_length(queued) if queued else 0
     nanos[A.PHASE_FINISH_SESSION] = outside_len
-    return Breakdown(
-        trajectory_id=trajectory_id,
-        trace_id=trace_id,
-        e2e=e2e * _NS,
-        llm=bands_ns[0] * _NS,
-        env=bands_ns[1] * _NS,
-        env_setup=bands_ns[2] * _NS,
-        env_teardown=bands_ns[3] * _NS,
-        other=nanos[A.BAND_OTHER] * _NS,
-        llm_sum=sums[0] * _NS,
-        env_sum=sums[1] * _NS,
-        env_setup_sum=sums[2] * _NS,
-        env_teardown_sum=sums[3] * _NS,
-        turns=turns,
-        env_steps=env_steps,
-        status=status,
-        env_class=env_class,
-        model=model,
-        start_time_ns=start_ns,
-        end_time_ns=end_ns,
-        nanos=MappingProxyType(nanos),
-        attributes=MappingProxyType(dict(attributes or {})),
-        batch_id=None if batch_id is None else str(batch_id),
-        policy_version=_int_or_none(policy_version),
-        intervals=kept,
-        env_queue=queue * _NS,
-        env_queue_sum=queue_sum * _NS,
-        finish_session=outside_len * _NS,
-        reward=_finite_or_none(reward),
-    )
+    ns = _NS
+    return new_breakdown(  # every field, in order
+        trajectory_id, trace_id,
+        e2e * ns, bands_ns[0] * ns, bands_ns[1] * ns, bands_ns[2] * ns, bands_ns[3] * ns,
+        nanos[A.BAND_OTHER] * ns,
+        sums[0] * ns, sums[1] * ns, sums[2] * ns, sums[3] * ns,
+        turns, env_steps, status, env_class, model, start_ns, end_ns,
+        MappingProxyType(nanos), MappingProxyType(dict(attributes or {})),
+        None if batch_id is None else str(batch_id), _int_or_none(policy_version),
+        None, None,  # consumed_version, consumed_time_ns
+        kept, queue * ns, queue_sum * ns, outside_len * ns, _finite_or_none(reward),
+        None, None, None, None,  # llm_queue, llm_prefill, llm_decode, llm_client
+        None, None, None,  # loop_own, loop_blocked, loop_stall
+        {},  # waits_nanos
+    )  # fmt: skip
 
 
 def root_breakdown(

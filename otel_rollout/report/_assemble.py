@@ -10,9 +10,12 @@ the cut is counted. Memory is bounded by those two numbers, not by the input's s
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.trace import StatusCode
 
@@ -47,6 +50,11 @@ REMEMBERED_TRACES = 200_000
 
 
 _NEVER = float("inf")
+
+_add_run: Any = None
+if os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
+    with contextlib.suppress(ImportError):  # built without a C compiler: the Python loop
+        from otel_rollout._speedups import add_run as _add_run
 
 
 class _Trace:
@@ -99,6 +107,36 @@ class TraceAssembler:
     def add_rows(self, rows: Iterable[Row]) -> None:
         """Feed spans as :data:`Row` s (what the fast reader gives; :func:`row_of` for a
         :class:`RawSpan`): the same checks and counts as :meth:`add` one at a time."""
+        if _add_run is None or rows.__class__ is not list:
+            self._add_each(rows)
+            return
+        # runs of plain rows in C (see _speedups.add_run), each other row as below
+        i, n = 0, len(rows)
+        result = self._result
+        while i < n:
+            i, seen, buffered, peak, stop, trace = _add_run(
+                rows, i, self._open, self._done, self._seen, self._buffered, self._due,
+                self._max, self.peak_buffered_spans, _Trace, IN_FLIGHT_SPAN,
+            )  # fmt: skip
+            result.spans += seen - self._seen
+            self._seen, self._buffered, self.peak_buffered_spans = seen, buffered, peak
+            if stop:  # what follows a kept row, as in _add_each
+                if stop == 1:
+                    tid, _, _, _, _, _, phase, span = rows[i - 1]
+                    self._whole_span(tid, trace, span, phase)
+                if seen >= self._due:
+                    self._finish_ready()
+                if self._buffered > self._max:
+                    while self._buffered > self._max and self._open:
+                        self._finish_trace(next(iter(self._open)), cut=True)
+                if self._buffered > peak:
+                    self.peak_buffered_spans = self._buffered
+            elif i < n:
+                self._add_each(rows[i : i + 1])
+                i += 1
+
+    def _add_each(self, rows: Iterable[Row]) -> None:
+        """:meth:`add_rows`, a row at a time."""
         result = self._result
         opened = self._open
         done = self._done

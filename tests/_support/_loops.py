@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from otel_rollout._accounting import span_tree
-from otel_rollout.report import _otlp_typed
+from otel_rollout.report import _assemble, _otlp_typed
 
 try:
     from otel_rollout import _speedups
@@ -23,5 +23,6 @@ def use(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(_otlp_typed, "_span_rows", None)
         monkeypatch.setattr(_otlp_typed, "_attributes", _otlp_typed._kv_attrs)
         monkeypatch.setattr(span_tree, "_compiled", None)
+        monkeypatch.setattr(_assemble, "_add_run", None)
     elif _speedups is None or _otlp_typed._span_rows is None:
         pytest.skip("otel_rollout._speedups is not built here (no C compiler)")

@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from otel_rollout import attributes as A
 from otel_rollout._accounting import span_tree
 from otel_rollout._accounting.breakdown import PhaseInterval
+from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT
 from otel_rollout.report import _otlp_typed
+from otel_rollout.report._assemble import TraceAssembler
+from otel_rollout.report._model import RawSpan, ReadResult
 
 needs_c = pytest.mark.skipif(_loops._speedups is None, reason="_speedups is not built here")
 
@@ -189,3 +192,52 @@ def test_attributes_in_c_are_their_python_twin(kvs):
             return type(exc)
 
     assert read(_loops._speedups.attributes) == read(_otlp_typed._kv_attrs)
+
+
+# --- the assembler's runs of plain rows --------------------------------------------------
+
+_tids = st.sampled_from(["t1", "t2", "t3", "t4"])
+_times = st.sampled_from([10, 20, 30, 40, 0, -5, None, 2**64, 25])
+_whole_attrs = st.sampled_from([
+    {A.TRAJECTORY_ID: "x", A.ENV_CLASS: "e"}, {A.BATCH_ID: "b1"},
+    {A.VLLM_TIME_IN_QUEUE: 0.001}, {A.TRAJECTORY_ID: "y", "error.type": "boom"},
+])  # fmt: skip
+
+
+@st.composite
+def _rows(draw):
+    tid = draw(_tids)
+    span_id = draw(st.integers(1, 8))
+    parent = draw(st.sampled_from([None, 1, 2, 3]))
+    name = draw(st.sampled_from(["generate", IN_FLIGHT]))
+    start, end = draw(_times), draw(_times)
+    phase = draw(st.sampled_from([None, "llm", "env"]))
+    span = None
+    if draw(st.integers(0, 3)) == 0:
+        span = RawSpan(tid, span_id, parent, name, start or 0, end, draw(_whole_attrs))
+    return (tid, span_id, parent, name, start, end, phase, span)
+
+
+def _assembled(chunks, window, limit):
+    result = ReadResult()
+    out = []
+    assembler = TraceAssembler(out.append, result, window_spans=window, max_buffered_spans=limit)
+    for chunk in chunks:
+        assembler.add_rows(list(chunk))
+    peak = assembler.peak_buffered_spans
+    assembler.finish()
+    return repr((out, result, peak))
+
+
+@needs_c
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.lists(_rows(), max_size=12), max_size=4),
+    st.integers(1, 6),
+    st.integers(1, 10),
+)
+def test_the_assemblers_runs_in_c_are_its_python_loop(chunks, window, limit):
+    c = _assembled(chunks, window, limit)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _loops.use("python", monkeypatch)
+        assert c == _assembled(chunks, window, limit)
