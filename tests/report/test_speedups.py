@@ -218,6 +218,26 @@ def _rows(draw):
     return (tid, span_id, parent, name, start, end, phase, span)
 
 
+@st.composite
+def _trajectory(draw):
+    """A trajectory's rows: a loop of its root's children, mostly plain (one after
+    another, inside the root), sometimes not; then its root."""
+    tid = draw(_tids)
+    root = draw(st.integers(50, 52))
+    rows, t = [], 100
+    for k in range(draw(st.integers(0, 5))):
+        gap, length = draw(st.sampled_from([(0, 5), (1, 3), (-2, 4), (2, 0), (0, 7)]))
+        phase = draw(st.sampled_from(["llm", "env", "env_setup", "llm", "reward", None]))
+        parent = draw(st.sampled_from([root, root, root, root + 1, None]))
+        rows.append((tid, 60 + k, parent, "step", t + gap, t + gap + length, phase, None))
+        t += gap + length
+    start, end = draw(st.sampled_from([(100, t + 1), (100, t), (101, t + 5), (90, t - 1)]))
+    attrs = {A.TRAJECTORY_ID: "x"}
+    rows.append((tid, root, None, "trajectory", start, end, None,
+                 RawSpan(tid, root, None, "trajectory", start, end, attrs)))  # fmt: skip
+    return rows
+
+
 def _assembled(chunks, window, limit):
     result = ReadResult()
     out = []
@@ -232,9 +252,9 @@ def _assembled(chunks, window, limit):
 @needs_c
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(st.lists(_rows(), max_size=12), max_size=4),
-    st.integers(1, 6),
-    st.integers(1, 10),
+    st.lists(st.lists(_rows(), max_size=12) | _trajectory(), max_size=5),
+    st.integers(1, 30),
+    st.integers(1, 40),
 )
 def test_the_assemblers_runs_in_c_are_its_python_loop(chunks, window, limit):
     c = _assembled(chunks, window, limit)
