@@ -626,188 +626,7 @@ time_of(PyObject *x)
     return overflow || v <= 0 ? 0 : v;
 }
 
-/* Loop: what sequential_children would find in a trace's records, summed as add_run
-   keeps them (while they are in the cache) rather than walked when the trace is finished.
-   A record kept another way (the assembler's Python loop) sets ``ok`` false. */
-typedef struct {
-    PyObject_HEAD
-    int ok, has_parent;
-    unsigned long long parent;
-    long long first_start, last_end, sums[8];
-    long long *flat; /* (band index, start, end) triples */
-    Py_ssize_t n, cap;
-} Loop;
-
-static int
-Loop_init(Loop *self, PyObject *args, PyObject *kw)
-{
-    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
-        PyErr_SetString(PyExc_TypeError, "Loop() takes no arguments");
-        return -1;
-    }
-    self->ok = 1;
-    return 0;
-}
-
-static void
-Loop_dealloc(Loop *self)
-{
-    PyMem_Free(self->flat);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* a phase record kept (phase and parent not None): ok stays only while it is a plain loop */
-static int
-loop_add(Loop *self, PyObject *bands, PyObject *parent, PyObject *phase, long long s,
-         long long e)
-{
-    if (!self->ok)
-        return 0;
-    Py_ssize_t code = 0, nbands = PyTuple_GET_SIZE(bands);
-    if (!PyUnicode_CheckExact(phase) || !PyLong_CheckExact(parent) || nbands > 8)
-        goto not_plain;
-    for (; code < nbands; code++) {
-        PyObject *band = PyTuple_GET_ITEM(bands, code);
-        if (band == phase)
-            break;
-        int eq = PyUnicode_Compare(band, phase);
-        if (eq == -1 && PyErr_Occurred())
-            return -1;
-        if (eq == 0)
-            break;
-    }
-    if (code == nbands)
-        goto not_plain;
-    unsigned long long p = PyLong_AsUnsignedLongLong(parent);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        goto not_plain;
-    }
-    if (self->has_parent ? p != self->parent : 0)
-        goto not_plain;
-    if (e <= s || (self->n && s < self->last_end))
-        goto not_plain;
-    if (self->n + 3 > self->cap) {
-        Py_ssize_t cap = self->cap ? self->cap * 2 : 48;
-        long long *flat = PyMem_Realloc(self->flat, (size_t)cap * sizeof(long long));
-        if (flat == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->flat = flat;
-        self->cap = cap;
-    }
-    if (!self->n)
-        self->first_start = s;
-    self->has_parent = 1;
-    self->parent = p;
-    self->flat[self->n++] = code;
-    self->flat[self->n++] = s;
-    self->flat[self->n++] = e;
-    self->sums[code] += e - s;
-    self->last_end = e;
-    return 0;
-not_plain:
-    self->ok = 0;
-    return 0;
-}
-
-/* result(root_id, start, end, bands, PhaseInterval, array): sequential_children's answer
-   for a root whose own record is not among those summed, or NotImplemented: walk them. */
-static PyObject *
-Loop_result(Loop *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "result takes 6 arguments");
-        return NULL;
-    }
-    PyObject *bands = args[3], *array_type = args[5];
-    PyTypeObject *interval = (PyTypeObject *)args[4];
-    if (!self->ok || !PyTuple_CheckExact(bands) || !PyType_Check(args[4])
-        || !PyType_IsSubtype(interval, &PyTuple_Type))
-        Py_RETURN_NOTIMPLEMENTED;
-    unsigned long long root = PyLong_AsUnsignedLongLong(args[0]);
-    long long start_ns = PyLong_AsLongLong(args[1]), end_ns = PyLong_AsLongLong(args[2]);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    Py_ssize_t nbands = PyTuple_GET_SIZE(bands);
-    if (nbands > 8 || (self->n && (self->parent != root || self->first_start < start_ns
-                                   || self->last_end > end_ns)))
-        Py_RETURN_NOTIMPLEMENTED;
-    if (!self->n && start_ns > end_ns)
-        Py_RETURN_NOTIMPLEMENTED;
-    PyObject *out = PyList_New(self->n / 3), *flat = NULL, *arr = NULL, *sums = NULL;
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t k = 0; k < self->n; k += 3) {
-        PyObject *iv = interval->tp_alloc(interval, 3);
-        PyObject *s = PyLong_FromLongLong(self->flat[k + 1]);
-        PyObject *e = PyLong_FromLongLong(self->flat[k + 2]);
-        if (iv == NULL || s == NULL || e == NULL) {
-            Py_XDECREF(iv);
-            Py_XDECREF(s);
-            Py_XDECREF(e);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(iv, 0, Py_NewRef(PyTuple_GET_ITEM(bands, self->flat[k])));
-        PyTuple_SET_ITEM(iv, 1, s);
-        PyTuple_SET_ITEM(iv, 2, e);
-        PyList_SET_ITEM(out, k / 3, iv);
-    }
-    flat = PyBytes_FromStringAndSize((const char *)self->flat,
-                                     self->n * (Py_ssize_t)sizeof(long long));
-    if (flat == NULL || (arr = PyObject_CallFunction(array_type, "sO", "q", flat)) == NULL
-        || (sums = PyList_New(nbands)) == NULL)
-        goto fail;
-    for (Py_ssize_t b = 0; b < nbands; b++) {
-        PyObject *v = PyLong_FromLongLong(self->sums[b]);
-        if (v == NULL)
-            goto fail;
-        PyList_SET_ITEM(sums, b, v);
-    }
-    PyObject *result = PyTuple_Pack(3, out, arr, sums);
-    Py_DECREF(out);
-    Py_DECREF(flat);
-    Py_DECREF(arr);
-    Py_DECREF(sums);
-    return result;
-fail:
-    Py_DECREF(out);
-    Py_XDECREF(flat);
-    Py_XDECREF(arr);
-    Py_XDECREF(sums);
-    return NULL;
-}
-
-static PyMethodDef Loop_methods[] = {
-    {"result", (PyCFunction)(void (*)(void))Loop_result, METH_FASTCALL,
-     "result(root_id, start, end, bands, PhaseInterval, array): sequential_children's "
-     "answer, or NotImplemented."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyMemberDef Loop_members[] = {
-    {"ok", T_INT, offsetof(Loop, ok), 0,
-     "Whether every phase record kept was summed here (0 once one was kept another way)."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject LoopType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_rollout._speedups.Loop",
-    .tp_basicsize = sizeof(Loop),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "What sequential_children would find in a trace's records, summed as kept.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Loop_init,
-    .tp_dealloc = (destructor)Loop_dealloc,
-    .tp_methods = Loop_methods,
-    .tp_members = Loop_members,
-};
-
-/* add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, in_flight,
-           bands)
+/* add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, in_flight)
    -> (i, seen, buffered, peak, stop, trace): TraceAssembler._add_each for rows[i:], in C
    while each row is a plain one: a span with its times, of a trace not finished, not seen
    before in it, not the writer's in-flight record. It stops
@@ -819,22 +638,16 @@ static PyTypeObject LoopType = {
 static PyObject *
 add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static PyObject *records_name, *has_phase_name, *loop_name;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "add_run takes 12 arguments");
+    static PyObject *records_name, *has_phase_name;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "add_run takes 11 arguments");
         return NULL;
     }
     if (records_name == NULL) {
         records_name = PyUnicode_InternFromString("records");
         has_phase_name = PyUnicode_InternFromString("has_phase");
-        loop_name = PyUnicode_InternFromString("loop");
-        if (records_name == NULL || has_phase_name == NULL || loop_name == NULL)
+        if (records_name == NULL || has_phase_name == NULL)
             return NULL;
-    }
-    PyObject *bands = args[11];
-    if (!PyTuple_CheckExact(bands)) {
-        PyErr_SetString(PyExc_TypeError, "add_run: bands, a tuple");
-        return NULL;
     }
     PyObject *rows = args[0], *opened = args[2], *done = args[3], *new_trace = args[9];
     PyObject *in_flight = args[10];
@@ -850,7 +663,6 @@ add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred())
         return NULL;
     PyObject *tid = NULL, *trace = NULL, *records = NULL; /* the trace of the run (owned) */
-    Loop *loop = NULL; /* its Loop, where it has one (owned) */
     int has_phase = 0, stop = 0;
     Py_ssize_t n = PyList_GET_SIZE(rows);
     while (i < n) {
@@ -900,12 +712,6 @@ add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_XSETREF(records, PyObject_GetAttr(trace, records_name));
             if (records == NULL)
                 goto fail;
-            PyObject *l = PyObject_GetAttr(trace, loop_name);
-            if (l == NULL)
-                goto fail;
-            if (!Py_IS_TYPE(l, &LoopType))
-                Py_CLEAR(l);
-            Py_XSETREF(loop, (Loop *)l);
             if (!PyDict_CheckExact(records)) {
                 PyErr_SetString(PyExc_TypeError, "a trace's records: not a dict");
                 goto fail;
@@ -927,9 +733,6 @@ add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(rec);
         if (failed)
             goto fail;
-        if (loop != NULL && phase != Py_None && parent != Py_None
-            && loop_add(loop, bands, parent, phase, s, e) < 0)
-            goto fail;
         seen++;
         buffered++;
         i++;
@@ -949,14 +752,12 @@ add_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (has_phase && PyObject_SetAttr(trace, has_phase_name, Py_True) < 0)
         goto fail;
     Py_XDECREF(records);
-    Py_XDECREF(loop);
     PyObject *out = Py_BuildValue("(nLLLiO)", i, seen, buffered, peak, stop,
                                   stop == 1 ? trace : Py_None);
     Py_XDECREF(trace);
     return out;
 fail:
     Py_XDECREF(records);
-    Py_XDECREF(loop);
     Py_XDECREF(trace);
     return NULL;
 }
@@ -968,8 +769,7 @@ static PyMethodDef methods[] = {
      "attributes read with."},
     {"add_run", (PyCFunction)(void (*)(void))add_run, METH_FASTCALL,
      "add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, "
-     "in_flight, bands): TraceAssembler._add_each for a run of plain rows, each phase "
-     "record summed in the trace's Loop; "
+     "in_flight): TraceAssembler._add_each for a run of plain rows; "
      "(i, seen, buffered, peak, stop, trace)."},
     {"attributes", attributes, METH_O,
      "attributes(kvs): a span's attributes as a dict, as _otlp_typed._attrs has them."},
@@ -989,16 +789,5 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&LoopType) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&LoopType);
-    if (PyModule_AddObject(m, "Loop", (PyObject *)&LoopType) < 0) {
-        Py_DECREF(&LoopType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -65,20 +65,16 @@ def breakdown_from_tree(
     trace_id: str = "",
     bands: Mapping[str, str] | None = None,
     engine: Sequence[int] | None = None,
-    loop: tuple[list[PhaseInterval], array, list[int]] | None = None,
 ) -> tuple[Breakdown, list[PhaseInterval]]:
     """The breakdown of the trajectory rooted at ``root`` from the spans of its trace
     (:class:`SpanRecord` s or tuples of their fields), and the outermost phases it was
     computed from (a span tree: a trace file, a backend, the
-    console exporter's buffer). Phases still open are clipped at the root's end.
-    ``loop`` is what :func:`sequential_children` answers for them, where the caller
-    summed it already (the report's assembler, as it kept the spans)."""
+    console exporter's buffer). Phases still open are clipped at the root's end."""
     root_id, _, start, end, _ = root
     if end is None:
         end = start
     if not bands and end >= start:
-        if loop is None:
-            loop = sequential_children(root_id, start, end, spans)
+        loop = sequential_children(root_id, start, end, spans)
         if loop is not None:  # the common case: the same figures, without the general rules
             phases, flat, sums = loop
             bd = sequential_breakdown(

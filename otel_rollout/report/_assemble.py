@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.breakdown import PhaseInterval
 from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
@@ -54,20 +52,16 @@ REMEMBERED_TRACES = 200_000
 _NEVER = float("inf")
 
 _add_run: Any = None
-_Loop: Any = None
 if os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
     with contextlib.suppress(ImportError):  # built without a C compiler: the Python loop
-        from otel_rollout._speedups import Loop as _Loop
         from otel_rollout._speedups import add_run as _add_run
 
 
 class _Trace:
-    __slots__ = ("engine", "has_phase", "inverted_root", "loop", "ready_at", "records", "roots")
+    __slots__ = ("engine", "has_phase", "inverted_root", "ready_at", "records", "roots")
 
     def __init__(self) -> None:
         self.records: dict[int, SpanTuple] = {}  # (id, parent, start, end, phase)
-        #: its phase records summed as they were kept (see ``_speedups.Loop``), or None
-        self.loop = None if _add_run is None else _Loop()
         #: span id -> (name, engine timings) of spans carrying them (waits: llm split)
         self.engine: dict[int, tuple[str, tuple[int, int, int]]] = {}
         self.roots: list[RawSpan] = []
@@ -122,7 +116,7 @@ class TraceAssembler:
         while i < n:
             i, seen, buffered, peak, stop, trace = _add_run(
                 rows, i, self._open, self._done, self._seen, self._buffered, self._due,
-                self._max, self.peak_buffered_spans, _Trace, IN_FLIGHT_SPAN, A.BANDS,
+                self._max, self.peak_buffered_spans, _Trace, IN_FLIGHT_SPAN,
             )  # fmt: skip
             result.spans += seen - self._seen
             self._seen, self._buffered, self.peak_buffered_spans = seen, buffered, peak
@@ -189,8 +183,6 @@ class TraceAssembler:
                     result.lose(LOSS_DUPLICATE)
                     continue
                 records[span_id] = (span_id, parent_id, start, end, phase)
-                if trace.loop is not None:
-                    trace.loop.ok = False  # kept here, not summed: walk the records
                 buffered = self._buffered = self._buffered + 1
                 if span is not None:
                     self._seen = seen
@@ -270,30 +262,18 @@ class TraceAssembler:
                 if len(result.incomplete) < MAX_LISTED:
                     result.incomplete.append(tid)
             return  # or another service's trace
-        summed = trace.loop
-        records: list[SpanTuple] | None = None  # walked only where the sums do not answer
+        records = list(trace.records.values())
+        # records are plain tuples (cheaper than SpanRecords); the engine's reader wants those
+        full = [SpanRecord._make(r) for r in records] if trace.engine else records
         for root in trace.roots:
-            record = trace.records[root.span_id]
-            loop = None
-            if summed is not None and not self._bands and (record[4] is None or record[1] is None):
-                start, end = record[2], record[3]
-                loop = summed.result(root.span_id, start, start if end is None else end,
-                                     A.BANDS, PhaseInterval, array)  # fmt: skip
-                if loop is NotImplemented:
-                    loop = None
-            if records is None and (loop is None or trace.engine):
-                records = list(trace.records.values())
-            # records are plain tuples (cheaper than SpanRecords); the engine's reader wants those
-            full = [SpanRecord._make(r) for r in records or ()] if trace.engine else ()
             bd, phases = breakdown_from_tree(
-                record,
-                records or (),
+                trace.records[root.span_id],
+                records,
                 root.attributes,
                 error=root.status_code is StatusCode.ERROR,
                 trace_id=tid,
                 bands=self._bands,
                 engine=engine_from_tree(root.span_id, full, trace.engine),
-                loop=loop,
             )
             result.found += 1
             err = root.attributes.get("error.type")
