@@ -24,6 +24,7 @@ typedef struct {
     Py_ssize_t string, integer, dbl, boolean, items, values;
     PyObject *unset, *phase_key, *whole_keys;
     PyObject *trace_miss, *parent_miss, *check_value, *phase_value, *whole_span, *attr_value;
+    PyObject *names; /* str -> the one object of that text kept (see shared()) */
     int ready;
 } State;
 
@@ -52,10 +53,10 @@ static PyObject *
 configure(PyObject *self, PyObject *args)
 {
     PyObject *span, *kv, *value, *array;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOOOOOO", &PyType_Type, &span, &PyType_Type, &kv,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOOOOOOO!", &PyType_Type, &span, &PyType_Type, &kv,
                           &PyType_Type, &value, &PyType_Type, &array, &st.unset, &st.phase_key, &st.whole_keys,
                           &st.trace_miss, &st.parent_miss, &st.check_value, &st.phase_value,
-                          &st.whole_span, &st.attr_value))
+                          &st.whole_span, &st.attr_value, &PyDict_Type, &st.names))
         return NULL;
     if (!PyUnicode_CheckExact(st.phase_key) || !PyFrozenSet_CheckExact(st.whole_keys)) {
         PyErr_SetString(PyExc_TypeError, "phase key: str, whole keys: frozenset");
@@ -82,8 +83,32 @@ configure(PyObject *self, PyObject *args)
     Py_INCREF(st.unset); Py_INCREF(st.phase_key); Py_INCREF(st.whole_keys);
     Py_INCREF(st.trace_miss); Py_INCREF(st.parent_miss); Py_INCREF(st.check_value);
     Py_INCREF(st.phase_value); Py_INCREF(st.whole_span); Py_INCREF(st.attr_value);
+    Py_INCREF(st.names);
     st.ready = 1;
     Py_RETURN_NONE;
+}
+
+/* Names kept past their line (phases, a root's attribute keys) as one object per text: the
+   constants given to configure_rows() for the known ones, else the first one read, up to
+   MAX_NAMES texts (a bound, not interning: odd input cannot grow it for ever). Lookups
+   with the constants then find them by identity, and the held rows and spans share them
+   rather than hold a copy each that has left the cache when they are read again. *p is
+   replaced by a new reference to the shared object; 0, or -1 with an exception. */
+#define MAX_NAMES 4096
+static int
+shared(PyObject **p)
+{
+    PyObject *got = PyDict_GetItemWithError(st.names, *p);
+    if (got != NULL) {
+        Py_INCREF(got);
+        Py_SETREF(*p, got);
+        return 0;
+    }
+    if (PyErr_Occurred())
+        return -1;
+    if (PyDict_GET_SIZE(st.names) < MAX_NAMES && PyDict_SetItem(st.names, *p, *p) < 0)
+        return -1;
+    return 0;
 }
 
 /* a field, checked present (a slot never set reads NULL) */
@@ -333,6 +358,8 @@ row_of(PyObject *sp, PyObject *traces, PyObject *parents, PyObject *service, PyO
         phase = text != st.unset ? Py_NewRef(text) : PyObject_CallOneArg(st.phase_value, found);
         if (phase == NULL)
             goto done;
+        if (PyUnicode_CheckExact(phase) && shared(&phase) < 0) /* held for the window */
+            goto done;
     }
     row = PyTuple_New(8);
     if (row == NULL)
@@ -580,7 +607,16 @@ attributes(PyObject *self, PyObject *kvs)
             goto fail;
         }
         PyObject *key = field(kv, st.key), *v = field(kv, st.val);
-        if (key == NULL || v == NULL || PyDict_SetItem(out, key, v) < 0)
+        if (key == NULL || v == NULL)
+            goto fail;
+        Py_INCREF(key); /* the known keys as the constants that look them up */
+        if (shared(&key) < 0) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        int failed = PyDict_SetItem(out, key, v);
+        Py_DECREF(key);
+        if (failed)
             goto fail;
     }
     /* then each value converted, in the dict's order (the last of a repeated key) */
@@ -765,7 +801,7 @@ fail:
 static PyMethodDef methods[] = {
     {"configure_rows", configure, METH_VARARGS,
      "configure(Span, KeyValue, Value, Array, UNSET, phase_key, whole_keys, trace_miss, "
-     "parent_miss, check_value, phase_value, whole_span, value): what span_rows and "
+     "parent_miss, check_value, phase_value, whole_span, value, names): what span_rows and "
      "attributes read with."},
     {"add_run", (PyCFunction)(void (*)(void))add_run, METH_FASTCALL,
      "add_run(rows, i, opened, done, seen, buffered, due, limit, peak, new_trace, "

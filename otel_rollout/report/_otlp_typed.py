@@ -263,6 +263,12 @@ def _compiled_rows(doc: Any) -> list[Any]:
     return out
 
 
+def _known_names() -> dict[str, str]:
+    """The attribute names and values this package defines, each its own key: the objects
+    the C loops share with the rows and spans they keep (see ``shared`` there)."""
+    return {v: v for v in vars(A).values() if isinstance(v, str)}
+
+
 _span_rows: Any = None
 _attributes: Any = _kv_attrs
 if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
@@ -273,7 +279,7 @@ if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in (""
     else:
         _speedups.configure_rows(_Span, _KeyValue, _Value, _Array, UNSET, A.PHASE, WHOLE_SPAN_KEYS,
                          _trace_miss, _parent_miss, _check_value, _phase_value,
-                         _whole_span, _value)  # fmt: skip
+                         _whole_span, _value, _known_names())  # fmt: skip
         _span_rows = _speedups.span_rows
         _attributes = _speedups.attributes
 
