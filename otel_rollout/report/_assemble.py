@@ -33,7 +33,9 @@ from otel_rollout.report._model import (
     LOSS_LATE,
     LOSS_MISSING_END,
     LOSS_MISSING_START,
+    LOSS_TIME_RANGE,
     MAX_LISTED,
+    MAX_TIME_NS,
     RawSpan,
     ReadResult,
     Row,
@@ -158,6 +160,9 @@ class TraceAssembler:
                     continue
                 if end is None or end <= 0:
                     result.lose(LOSS_MISSING_END)
+                    continue
+                if start > MAX_TIME_NS or end > MAX_TIME_NS:
+                    result.lose(LOSS_TIME_RANGE)
                     continue
                 if end < start:
                     if span is not None and trajectory_id in span.attributes and tid not in done:

@@ -74,6 +74,10 @@ LOSS_DUPLICATE = "duplicate spans ignored"
 LOSS_MISSING_START = "spans rejected: missing start time"
 LOSS_MISSING_END = "spans rejected: missing end time"
 LOSS_INVERTED = "spans rejected: end before start"
+#: A time past 2**63 - 1 ns (the year 2262): OTLP allows it, nanosecond arithmetic does not.
+LOSS_TIME_RANGE = "spans rejected: time past the year 2262"
+#: The latest time a span may have (ns since the epoch).
+MAX_TIME_NS = 2**63 - 1
 #: A trajectory root ending before it starts (written by a process whose wall clock stepped
 #: back mid-trajectory): named for what it is, not "incomplete", and its phases with it.
 LOSS_INVERTED_ROOT = "trajectories rejected: root ends before it starts (a clock step?)"

@@ -269,6 +269,8 @@ def _known_names() -> dict[str, str]:
     return {v: v for v in vars(A).values() if isinstance(v, str)}
 
 
+#: What the C loops share (see _known_names); they add to it, up to 4,096 names.
+_names = _known_names()
 _span_rows: Any = None
 _attributes: Any = _kv_attrs
 if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
@@ -279,7 +281,7 @@ if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in (""
     else:
         _speedups.configure_rows(_Span, _KeyValue, _Value, _Array, UNSET, A.PHASE, WHOLE_SPAN_KEYS,
                          _trace_miss, _parent_miss, _check_value, _phase_value,
-                         _whole_span, _value, _known_names())  # fmt: skip
+                         _whole_span, _value, _names)  # fmt: skip
         _span_rows = _speedups.span_rows
         _attributes = _speedups.attributes
 

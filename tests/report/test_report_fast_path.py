@@ -227,3 +227,21 @@ def test_a_report_is_the_same_to_the_nanosecond_with_the_fast_reader_on_and_off(
     general = _report(files, capsys)
     assert fast == general
     assert fast["trajectories"] == 60 and len(fast["losses"]) >= 4, fast["losses"]
+
+
+def test_a_time_past_2262_is_a_counted_loss_not_a_crash(tmp_path, capsys):
+    files = _write_run(tmp_path, n=3)
+    root = {
+        "spanId": "00f067aa0ba902b7",
+        "parentSpanId": "",
+        "name": "trajectory",
+        "endTimeUnixNano": "1700000000000009000",
+        "attributes": [{"key": "rollout.trajectory.id", "value": {"stringValue": "t"}}],
+    }
+    with files[0].open("ab") as f:  # OTLP times are uint64: past 2**63 - 1 ns is 2262
+        f.write(_line({"endTimeUnixNano": "18446744073709551615"}) + b"\n")  # its llm phase
+        f.write(_line({"spanId": "00f067aa0ba902b8", "startTimeUnixNano": str(2**63)}) + b"\n")
+        f.write(_line(root) + b"\n")  # fmt: skip
+    got = _report(files, capsys)
+    assert got["trajectories"] == 4
+    assert got["losses"]["spans rejected: time past the year 2262"] == 2

@@ -261,3 +261,34 @@ def test_the_assemblers_runs_in_c_are_its_python_loop(chunks, window, limit):
     with pytest.MonkeyPatch.context() as monkeypatch:
         _loops.use("python", monkeypatch)
         assert c == _assembled(chunks, window, limit)
+
+
+@needs_c
+def test_names_kept_past_their_line_are_shared_and_bounded():
+    root = {
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "b7ad6b7169203331",
+        "name": "trajectory",
+        "startTimeUnixNano": "10",
+        "endTimeUnixNano": "20",
+        "attributes": [{"key": A.TRAJECTORY_ID, "value": {"stringValue": "t"}}]
+        + [{"key": f"k{i}", "value": {"intValue": str(i)}} for i in range(5000)],
+    }
+    child = {
+        "traceId": root["traceId"],
+        "spanId": "00f067aa0ba902b7",
+        "parentSpanId": root["spanId"],
+        "name": "generate",
+        "startTimeUnixNano": "11",
+        "endTimeUnixNano": "12",
+        "attributes": [{"key": "rollout.phase", "value": {"stringValue": "llm"}}],
+    }
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [child, root]}]}]}).encode()
+    rows = _otlp_typed.typed_rows(line)
+    assert rows[0][6] is A.PHASE_LLM  # the package's own object, not a copy per span
+    keys = list(rows[1][7].attributes)
+    assert keys[0] is A.TRAJECTORY_ID
+    assert len(_otlp_typed._names) <= 4096 < 5000  # bounded, whatever the input
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        c, python = _both(line, monkeypatch, _otlp_typed.typed_rows)
+    assert c == python
