@@ -15,7 +15,9 @@ Each is run ``--repeat`` times; the medians are printed. The children write thei
 bytecode to a temporary cache (warmed up first), as an installed package has it, even
 where ``PYTHONDONTWRITEBYTECODE`` is set: compiling the package is not the report's cost.
 
-Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
+Says whether the report's hot loops ran in C (``otel_rollout._speedups``) or in Python
+(``OTEL_ROLLOUT_PURE_PYTHON=1`` in the environment, or no extension built). Prints the
+report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
 than parsing its input with the standard library), with and without the start-up.
 
 The report above reads with ``--jobs 1`` (one process: its CPU is the figure compared
@@ -81,6 +83,16 @@ def write_trace_file(folder: Path, n: int, max_mb: float) -> list[str]:
             rollout.force_flush(30)
     rollout.shutdown(60)
     return sorted(glob.glob(str(folder / "**" / "*.jsonl"), recursive=True))
+
+
+def loops(env: dict[str, str]) -> str:
+    """Where the report's hot loops run in a child with ``env``: C or Python."""
+    probe = "from otel_rollout.report import _otlp_typed as t; print(t._span_rows is not None)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, check=True).stdout.strip()  # fmt: skip
+    if out == "True":
+        return "C (otel_rollout._speedups)"
+    return "Python (no _speedups, or OTEL_ROLLOUT_PURE_PYTHON=1)"
 
 
 def json_loads_cpu(files: list[str]) -> tuple[float, int]:
@@ -175,6 +187,8 @@ def main() -> int:
               f"wall {wall:.2f} s; peak RSS {rss:.1f} MiB")  # fmt: skip
         print(f"of which start-up (interpreter + imports): {start:.2f} s CPU; without it: "
               f"{cpu - start:.2f} s = {(cpu - start) / base:.2f}x json.loads")  # fmt: skip
+        print(f"the report's hot loops ran in {loops(env)}; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
         if args.jobs:
             compare_jobs(files, args.jobs, n, env)
     return 0
