@@ -825,5 +825,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* the interface's version: _base/compiled.py uses a build of this one only */
+    if (m != NULL && PyModule_AddIntConstant(m, "API", 1) < 0)
+        Py_CLEAR(m);
+    return m;
 }

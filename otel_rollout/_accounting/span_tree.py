@@ -4,8 +4,6 @@ below a root; and the breakdown of the trajectory rooted there."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from array import array
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -14,6 +12,7 @@ from typing import Any, NamedTuple
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
+from otel_rollout._base.compiled import speedups
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 #: A span's fields as :class:`SpanRecord` has them, in its order.
@@ -21,10 +20,7 @@ SpanTuple = tuple[int, int | None, int, int | None, str | None]
 #: A band's index in A.BANDS.
 _BAND_INDEX = MappingProxyType({band: i for i, band in enumerate(A.BANDS)})
 
-_compiled: Any = None
-if os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
-    with contextlib.suppress(ImportError):  # built without a C compiler: the Python loop
-        from otel_rollout._speedups import sequential_children as _compiled
+_compiled: Any = None if (_c := speedups()) is None else _c.sequential_children
 
 
 class SpanRecord(NamedTuple):

@@ -10,8 +10,6 @@ the cut is counted. Memory is bounded by those two numbers, not by the input's s
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -23,6 +21,7 @@ from otel_rollout import attributes as A
 from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
+from otel_rollout._base.compiled import speedups
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
@@ -53,10 +52,7 @@ REMEMBERED_TRACES = 200_000
 
 _NEVER = float("inf")
 
-_add_run: Any = None
-if os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
-    with contextlib.suppress(ImportError):  # built without a C compiler: the Python loop
-        from otel_rollout._speedups import add_run as _add_run
+_add_run: Any = None if (_c := speedups()) is None else _c.add_run
 
 
 class _Trace:

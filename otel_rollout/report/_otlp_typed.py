@@ -20,13 +20,13 @@ looked at for their phase.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
+from otel_rollout._base.compiled import speedups
 from otel_rollout.report._documents import RUN_ID, _decode_id
 from otel_rollout.report._model import RawSpan, Row
 
@@ -273,17 +273,12 @@ def _known_names() -> dict[str, str]:
 _names = _known_names()
 _span_rows: Any = None
 _attributes: Any = _kv_attrs
-if msgspec is not None and os.environ.get("OTEL_ROLLOUT_PURE_PYTHON", "") in ("", "0"):
-    try:
-        from otel_rollout import _speedups
-    except ImportError:  # built without a C compiler: the Python loop
-        pass
-    else:
-        _speedups.configure_rows(_Span, _KeyValue, _Value, _Array, UNSET, A.PHASE, WHOLE_SPAN_KEYS,
-                         _trace_miss, _parent_miss, _check_value, _phase_value,
-                         _whole_span, _value, _names)  # fmt: skip
-        _span_rows = _speedups.span_rows
-        _attributes = _speedups.attributes
+if msgspec is not None and (_c := speedups()) is not None:
+    _c.configure_rows(_Span, _KeyValue, _Value, _Array, UNSET, A.PHASE, WHOLE_SPAN_KEYS,
+                      _trace_miss, _parent_miss, _check_value, _phase_value, _whole_span,
+                      _value, _names)  # fmt: skip
+    _span_rows = _c.span_rows
+    _attributes = _c.attributes
 
 
 def _decode(line: bytes, whole: bool) -> list[Any] | None:

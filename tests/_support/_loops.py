@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from otel_rollout._accounting import span_tree
+from otel_rollout._base.compiled import speedups
 from otel_rollout.report import _assemble, _otlp_typed
 
-try:
-    from otel_rollout import _speedups
-except ImportError:  # no C compiler where the package was installed
-    _speedups = None
+#: The C extension, where it is built here (else None: no C compiler when installed).
+_speedups = speedups()
 
 #: The ways the loops run: a fixture's params.
 MODES = ("C", "python")

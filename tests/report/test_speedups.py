@@ -292,3 +292,18 @@ def test_names_kept_past_their_line_are_shared_and_bounded():
     with pytest.MonkeyPatch.context() as monkeypatch:
         c, python = _both(line, monkeypatch, _otlp_typed.typed_rows)
     assert c == python
+
+
+def test_a_build_of_another_version_or_the_variable_turns_the_c_loops_off(monkeypatch):
+    from otel_rollout._base import compiled
+
+    if _loops._speedups is None:
+        assert compiled.speedups() is None
+        return
+    assert compiled.speedups() is _loops._speedups
+    monkeypatch.setenv("OTEL_ROLLOUT_PURE_PYTHON", "1")
+    assert compiled.speedups() is None
+    monkeypatch.setenv("OTEL_ROLLOUT_PURE_PYTHON", "0")
+    assert compiled.speedups() is _loops._speedups
+    monkeypatch.setattr(_loops._speedups, "API", compiled.API + 1)  # a stale build
+    assert compiled.speedups() is None
