@@ -49,7 +49,7 @@ class _Watch:
         self.handler = handler
         self.seen = dict.fromkeys(signals, 0)  # bytes read: the C handler's runs
         self.runs = dict.fromkeys(self.seen, 0)  # the Python handler's starts
-        self.sent = dict.fromkeys(self.seen, 0)  # signals this module sent
+        self.echoes = dict.fromkeys(self.seen, 0)  # bytes still to come of signals sent here
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # set_wakeup_fd requires it
         self.thread: threading.Thread | None = None
@@ -71,9 +71,8 @@ class _Watch:
                 os.close(fd)
 
     def owed(self, signum: int) -> int:
-        """Signals taken whose Python handler has not started (a signal sent again and the
-        one it was sent for count once: the kernel and CPython merge them)."""
-        return self.seen[signum] - self.sent[signum] - self.runs[signum]
+        """Signals taken whose Python handler has not started."""
+        return self.seen[signum] - self.runs[signum]
 
     def _serve(self) -> None:
         deadline: float | None = None  # when the signals owed are sent again
@@ -89,27 +88,42 @@ class _Watch:
                 with contextlib.suppress(OSError):
                     os.close(self.read_fd)
                 return
-            for byte in data or b"":
-                if byte in self.seen:
-                    self.seen[byte] += 1
+            if data:
+                self._count(data)
             owing = [s for s in self.seen if self.owed(s) > 0]
             if not owing:
                 deadline, sends = None, 0
             elif deadline is None:
                 deadline = time.monotonic() + GRACE_S
-            elif data is None and time.monotonic() >= deadline:
+            elif time.monotonic() >= deadline:
                 sends += 1
-                self._send_again(owing, give_up=sends > MAX_SENDS)
+                if sends > MAX_SENDS:  # the main thread holds on in C: no more sends
+                    self._forgive(owing)
+                    deadline, sends = None, 0
+                    continue
+                self._send_again(owing)
                 deadline = time.monotonic() + GRACE_S * 2**sends
 
-    def _send_again(self, owing: list[int], give_up: bool) -> None:
+    def _count(self, data: bytes) -> None:
+        for byte in data:
+            if byte not in self.seen:
+                continue
+            if self.echoes[byte]:  # a signal sent here: the one it was sent for is counted
+                self.echoes[byte] -= 1
+            else:
+                self.seen[byte] += 1
+
+    def _forgive(self, signums: list[int]) -> None:
+        for signum in signums:
+            self.seen[signum] = self.runs[signum]
+
+    def _send_again(self, owing: list[int]) -> None:
         main = threading.main_thread().ident
         for signum in owing:
-            if give_up or signal.getsignal(signum) is not self.handler:
-                # the main thread holds on in C, or the handler is no longer the one watched
-                self.seen[signum] = self.sent[signum] + self.runs[signum]
+            if signal.getsignal(signum) is not self.handler:  # no longer the one watched
+                self._forgive([signum])
                 continue
-            self.sent[signum] += 1
+            self.echoes[signum] += 1
             with contextlib.suppress(OSError, ValueError):
                 signal.pthread_kill(main, signum)
             _log.debug("otel-rollout: %s taken, its handler not started: sent to the main "

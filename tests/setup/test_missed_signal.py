@@ -135,3 +135,40 @@ def test_a_wakeup_fd_is_set_only_where_none_is_and_put_back(tmp_path, case, conf
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"configured {configured}\nshut down {shut_down}\n"
+
+
+_USERS = textwrap.dedent(
+    """
+    import multiprocessing as mp, signal, sys, threading, time
+    import otel_rollout
+    from otel_rollout._setup import signal_watch
+
+    out, how = sys.argv[1], sys.argv[2]
+    calls = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))  # a trainer's
+    rollout = otel_rollout.configure(output_dir=out)
+    lock = mp.Lock()
+    lock.acquire()
+    if how == "missed":  # taken by a thread that does not block it, as above
+        threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(),
+                                                         signal.SIGTERM)).start()
+        lock.acquire(timeout=3)  # the watch sends it again, the handler returns: waits on
+    else:
+        threading.Timer(0.5, lambda: signal.pthread_kill(threading.main_thread().ident,
+                                                         signal.SIGTERM)).start()
+        lock.acquire(timeout=3)
+    lock.acquire(timeout=3 * signal_watch.GRACE_S)  # time for a send too many
+    print("calls", len(calls), flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX threads")
+@pytest.mark.parametrize("how", ["taken by the main thread", "missed"])
+def test_the_users_handler_runs_once_per_signal(tmp_path, how):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=os.getcwd(), OTEL_ROLLOUT_ANNOUNCE="false")
+    done = subprocess.run([sys.executable, "-c", _USERS, str(tmp_path), how.split()[0]],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "calls 1\n", done.stderr
