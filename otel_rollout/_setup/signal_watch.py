@@ -145,7 +145,7 @@ def arm(signals: Iterable[int], handler: Callable[..., Any]) -> bool:
     ):
         return False
     watch = _Watch(signals, handler)
-    if not _take_wakeup_fd(watch, expected=-1):
+    if not _take_wakeup_fd(watch, expected=(-1,)):
         watch.close()
         return False
     _watch = watch
@@ -153,12 +153,12 @@ def arm(signals: Iterable[int], handler: Callable[..., Any]) -> bool:
     return True
 
 
-def _take_wakeup_fd(watch: _Watch, expected: int) -> bool:
+def _take_wakeup_fd(watch: _Watch, expected: tuple[int, ...]) -> bool:
     try:
         previous = signal.set_wakeup_fd(watch.write_fd, warn_on_full_buffer=False)
     except (ValueError, OSError):
         return False
-    if previous != expected:  # someone else's: put back
+    if previous not in expected:  # someone else's: put back
         signal.set_wakeup_fd(previous)
         return False
     return True
@@ -199,7 +199,8 @@ def restart_in_child() -> None:
         return
     _watch = None
     watch = _Watch(inherited.seen, inherited.handler)
-    taken = _take_wakeup_fd(watch, expected=inherited.write_fd)
+    # the parent's, or none: asyncio's fork hook (3.12+) unsets it in every child
+    taken = _take_wakeup_fd(watch, expected=(inherited.write_fd, -1))
     inherited.close()
     if not taken:
         watch.close()
