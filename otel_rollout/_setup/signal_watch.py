@@ -8,8 +8,8 @@ taken while the main thread is *about* to sleep interrupts nothing: after a
 ``sem_post`` whose token another process took), or taken by another thread that does
 not block it. The main thread then sleeps on, the handler never run. A
 ``multiprocessing.Pool`` worker meets the first case: ``Pool.terminate()`` takes the task
-queue's lock, on which the idle workers wait, and sends them ``SIGTERM``; one in a few
-hundred then waited for ever (and the pool's ``join`` with it).
+queue's lock, on which the idle workers wait, and sends them ``SIGTERM``; about once in
+a hundred terminations a worker then waited for ever (and the pool's ``join`` with it).
 
 The C handler also writes the signal's number to the *wakeup fd*
 (:func:`signal.set_wakeup_fd`). :func:`arm` sets one (a pipe; only where none is set) and
@@ -17,7 +17,9 @@ reads it on a thread of its own. A watched signal whose Python handler has not s
 :data:`GRACE_S` after its byte came is sent again to the main thread
 (``pthread_kill``), which interrupts its wait: the handler then runs. A user's wakeup fd
 (asyncio sets one for ``loop.add_signal_handler``) is never replaced; one set later
-replaces this one, and the watch then just sees nothing.
+replaces this one, and the watch then just sees nothing. A forked child gets a pipe and
+thread of its own from the fork hook; a child forked by C code without Python's fork hooks
+shares the pipe until it execs, and a watched signal it takes before then counts here.
 """
 
 from __future__ import annotations
@@ -75,15 +77,27 @@ class _Watch:
         return self.seen[signum] - self.runs[signum]
 
     def _serve(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # pragma: no cover - never a traceback into the run
+            _log.debug("otel-rollout: signal watch stopped: %r", exc)
+
+    def _wait(self, timeout: float | None) -> bytes | None:
+        """What the pipe holds, waiting at most ``timeout`` s; None when nothing came."""
+        if hasattr(select, "poll"):  # any fd number (select() stops at 1024)
+            poller = select.poll()
+            poller.register(self.read_fd, select.POLLIN)
+            ready = poller.poll(None if timeout is None else int(timeout * 1000) + 1)
+        else:  # pragma: no cover - POSIX without poll()
+            ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        return os.read(self.read_fd, 512) if ready else None
+
+    def _watch(self) -> None:
         deadline: float | None = None  # when the signals owed are sent again
         sends = 0
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                ready, _, _ = select.select([self.read_fd], [], [], wait)
-                data = os.read(self.read_fd, 512) if ready else None
-            except OSError:  # pragma: no cover - the pipe is gone: nothing to watch
-                return
+            data = self._wait(wait)
             if data == b"":  # disarm() closed the write end: this thread owns the read end
                 with contextlib.suppress(OSError):
                     os.close(self.read_fd)
@@ -158,7 +172,8 @@ def _take_wakeup_fd(watch: _Watch, expected: tuple[int, ...]) -> bool:
         previous = signal.set_wakeup_fd(watch.write_fd, warn_on_full_buffer=False)
     except (ValueError, OSError):
         return False
-    if previous not in expected:  # someone else's: put back
+    if previous not in expected:  # someone else's: put back (Python cannot read its
+        # warn_on_full_buffer: the default it gets back is asyncio's)
         signal.set_wakeup_fd(previous)
         return False
     return True
