@@ -18,7 +18,9 @@ handler on these two signals that:
 A signal ignored (``SIG_IGN``, as ``nohup`` sets ``SIGHUP``) or handled outside Python
 is left as it is. A handler the user sets later replaces this one and is never touched.
 The flush runs on a thread of its own: the interrupted main thread may hold a lock it
-needs, and then the bound still holds.
+needs, and then the bound still holds. A signal the main thread missed (it was just about
+to sleep in C, as a ``Pool`` worker terminated while it waits for the task queue's lock)
+is sent to it again by :mod:`otel_rollout._setup.signal_watch`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from otel_rollout._base import standby
+from otel_rollout._setup import signal_watch
 
 _log = logging.getLogger("otel_rollout")
 
@@ -84,6 +87,8 @@ def install(
                 continue
             _previous[sig] = previous
             done.append(name)
+        if _previous:  # a signal the main thread misses is sent to it again
+            signal_watch.arm(set(_previous), _handler)
     return done
 
 
@@ -100,6 +105,8 @@ def uninstall() -> None:
             except (ValueError, OSError):
                 continue
             del _previous[sig]
+        if not _previous:
+            signal_watch.disarm()
 
 
 def installed() -> dict[int, Any]:
@@ -182,6 +189,7 @@ def keep_off_threads_forks_restart() -> None:
 
     def after_in_child() -> None:
         if mine == _fork_mask.generation:  # the latest: after every pipeline's hooks
+            signal_watch.restart_in_child()  # before the signals can come
             _unblock_after_fork()
 
     os.register_at_fork(after_in_child=after_in_child)
@@ -205,6 +213,7 @@ def deferred() -> Iterator[None]:
 
 
 def _handler(signum: int, frame: Any) -> None:
+    signal_watch.started(signum)
     if _deferral.depth:  # a shutdown is under way right here: it flushes; then the signal
         _deferral.pending = signum
         return
