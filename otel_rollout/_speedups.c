@@ -224,6 +224,19 @@ span_id_of(PyObject *s)
     return PyLong_FromUnsignedLongLong(id);
 }
 
+/* An attribute's key and value (borrowed), its type checked; 0, or -1 with an exception. */
+static int
+key_value(PyObject *kv, PyObject **key, PyObject **v)
+{
+    if (!Py_IS_TYPE(kv, st.kv)) {
+        PyErr_SetString(PyExc_TypeError, "not an attribute");
+        return -1;
+    }
+    *key = field(kv, st.key);
+    *v = field(kv, st.val);
+    return *key == NULL || *v == NULL ? -1 : 0;
+}
+
 /* Checks an attribute's value as the Python loop does; 0, or -1 with an exception. */
 static int
 check_value(PyObject *v)
@@ -317,13 +330,8 @@ row_of(PyObject *sp, PyObject *traces, PyObject *parents, PyObject *service, PyO
             goto done;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attributes); i++) {
-            PyObject *kv = PyList_GET_ITEM(attributes, i);
-            if (!Py_IS_TYPE(kv, st.kv)) {
-                PyErr_SetString(PyExc_TypeError, "not an attribute");
-                goto done;
-            }
-            PyObject *key = field(kv, st.key), *v = field(kv, st.val);
-            if (key == NULL || v == NULL)
+            PyObject *key, *v;
+            if (key_value(PyList_GET_ITEM(attributes, i), &key, &v) < 0)
                 goto done;
             int is_phase = key == st.phase_key;
             if (!is_phase) {
@@ -601,13 +609,8 @@ attributes(PyObject *self, PyObject *kvs)
         goto fail;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kvs); i++) {
-        PyObject *kv = PyList_GET_ITEM(kvs, i);
-        if (!Py_IS_TYPE(kv, st.kv)) {
-            PyErr_SetString(PyExc_TypeError, "not an attribute");
-            goto fail;
-        }
-        PyObject *key = field(kv, st.key), *v = field(kv, st.val);
-        if (key == NULL || v == NULL)
+        PyObject *key, *v;
+        if (key_value(PyList_GET_ITEM(kvs, i), &key, &v) < 0)
             goto fail;
         Py_INCREF(key); /* the known keys as the constants that look them up */
         if (shared(&key) < 0) {
