@@ -233,31 +233,42 @@ class Rollout:
             return
         figures = summary.figures()
         out = self.summary_stream
+        lines: list[str] = []
         evicted = self.processor.evicted if self.processor is not None else 0
         more = f" (and {evicted} evicted, not measured)" if evicted else ""
-        print(f"otel-rollout: {summary.count} trajectories{more}", file=out)
+        lines.append(f"otel-rollout: {summary.count} trajectories{more}")
         p90 = "p90" if summary.exact else "p90~"  # from a sample beyond the reservoir
         for band, _ in _SUMMARY_BANDS:
             f = figures[band]
-            print(f"  {band:<14} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s", file=out)
-        print(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}", file=out)
+            lines.append(f"  {band:<14} mean {f['mean']:8.3f}s  {p90:<4} {f['p90']:8.3f}s")
+        lines.append(f"  frac_time_in_env {figures['frac_time_in_env']['value']:.3f}")
         for a in summary.reward_analyses():  # do slow trajectories succeed less?
             deciles = " ".join(f"{b.mean_reward:.2f}" for b in a.by_e2e_decile)
             turns = " ".join(f"{b.label}:{b.mean_reward:.2f}" for b in a.by_turns)
             env = printable_for(out, str(a.env_class))  # users' text: escaped if need be
-            print(f"  reward {env}: by e2e decile (fastest first) {deciles}; "
-                  f"by turns {turns}", file=out)  # fmt: skip
+            lines.append(f"  reward {env}: by e2e decile (fastest first) {deciles}; "
+                  f"by turns {turns}")  # fmt: skip
         stats = self.export_stats
         if stats.dropped:
-            print(f"  {_loss_line(stats)}", file=out)
+            lines.append(f"  {_loss_line(stats)}")
         if stats.trajectories_evicted:
-            print(f"  {_evicted_line(self.processor)}", file=out)
+            lines.append(f"  {_evicted_line(self.processor)}")
         if self.trace_file is not None:
             written = getattr(self._trace_writer, "paths", None)
             f = written[0] if written else self.trace_file  # a forked child: its own file
             more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
             shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
-            print(f"  traces: {printable_for(out, str(shown))}", file=out)
+            lines.append(f"  traces: {printable_for(out, str(shown))}")
+
+        # One write: the summaries of processes sharing a stream (a pool's workers on one
+        # stderr) come out whole, not interleaved line by line.
+        try:
+            out.write("".join(line + "\n" for line in lines))
+            flush = getattr(out, "flush", None)
+            if flush is not None:
+                flush()
+        except (OSError, ValueError) as e:  # a closed stream or pipe: the run still ends well
+            _log.debug("otel-rollout: the summary could not be written: %s", e)
 
 
 def _evicted_line(processor: Any) -> str:

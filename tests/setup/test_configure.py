@@ -72,6 +72,37 @@ def test_embedded_default_writes_otlp_json_lines_and_prints_a_summary(tmp_path):
     assert rollout.trace_file.parent == tmp_path
 
 
+class _Writes(io.StringIO):
+    """A stream that keeps each write() call apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text):
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_the_summary_is_one_write_so_workers_sharing_stderr_do_not_interleave(tmp_path):
+    out = _Writes()
+    rollout = configure(local=True, output_dir=tmp_path, summary_stream=out)
+    run(rollout, 3)
+    assert rollout.shutdown(timeout_s=10)
+    [whole] = out.calls
+    assert whole.startswith("otel-rollout: 3 trajectories\n") and whole.endswith("\n")
+    assert f"  traces: {rollout.trace_file}\n" in whole
+
+
+def test_a_closed_summary_stream_does_not_break_shutdown(tmp_path):
+    out = io.StringIO()
+    rollout = configure(local=True, output_dir=tmp_path, summary_stream=out)
+    run(rollout, 2)
+    out.close()  # e.g. stderr piped into `head`, gone before the run ended
+    assert rollout.shutdown(timeout_s=10)
+    assert len(rollout.trace_file.read_text().splitlines()) >= 1
+
+
 def test_local_mode_leaves_the_global_providers_alone(tmp_path):
     before = trace.get_tracer_provider()
     rollout = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO())
