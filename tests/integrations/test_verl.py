@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import time
 
 import pytest
 
@@ -150,6 +151,37 @@ def test_per_trajectory_parity_with_verls_timers(setup, instrumented):
         assert b.env_setup == b.env_teardown == 0.0  # verl has no env lifecycle
         assert b.status == A.STATUS_OK and b.env_class == "timed_tools"
         assert b.model == str(setup["model"])
+
+
+def test_a_thread_switch_beside_verls_timer_moves_neither_figure(setup, instrumented, monkeypatch):
+    """A busy process (a Ray actor's threads) can switch threads between our clock's
+    reading and verl's timer's, for up to the 5 ms switch interval, at both ends of the
+    block: the phase is as long as verl measured it all the same."""
+    import codetiming
+
+    start, stop = codetiming.Timer.start, codetiming.Timer.stop
+
+    def late_start(self):  # the switch just before verl's timer starts...
+        time.sleep(0.004)
+        return start(self)
+
+    def late_reading(self):  # ...and just after it stops, before our reading
+        last = stop(self)
+        time.sleep(0.004)
+        return last
+
+    monkeypatch.setattr(codetiming.Timer, "start", late_start)
+    monkeypatch.setattr(codetiming.Timer, "stop", late_reading)
+    env = instrumented()
+    out = _generate(_worker(setup), (3, 4), env.tracer)
+    bds = {b.trajectory_id: b for b in env.breakdowns}
+    for i, m in enumerate(out.meta_info["metrics"]):
+        b = bds[f"{i}_0"]
+        assert m["generate_sequences"] >= (3 + i) * GENERATE_S
+        assert b.llm == pytest.approx(m["generate_sequences"], abs=TOLERANCE_S)  # not 8 ms a turn
+        assert b.env == pytest.approx(m["tool_calls"], abs=TOLERANCE_S)
+        n = b.nanos
+        assert n["llm"] + n["env"] + n["env_setup"] + n["env_teardown"] + n["other"] == n["e2e"]
 
 
 def test_exact_nanoseconds_with_a_manual_clock(setup, instrumented):

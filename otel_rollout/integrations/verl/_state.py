@@ -43,11 +43,12 @@ class ToolRound:
     id and reward).
     """
 
-    __slots__ = ("_lock", "calls", "phase", "t0", "traj")
+    __slots__ = ("_lock", "calls", "phase", "t0", "t1", "traj")
 
     def __init__(self, traj: Trajectory, t0: int) -> None:
         self.traj = traj
         self.t0 = t0
+        self.t1 = t0  # the phase's start, once a call began
         self.phase: Phase | None = None
         self.calls = 0
         self._lock = threading.Lock()
@@ -64,6 +65,7 @@ class ToolRound:
                     wait.start(start_time=self.t0).end(t1)
                 else:
                     t1 = self.t0
+                self.t1 = t1
                 self.phase = _round_scope(traj).start(start_time=t1)
             return self.phase
 
