@@ -60,9 +60,11 @@ def _keep(args: argparse.Namespace, t: TrajectoryTrace) -> bool:
 @contextlib.contextmanager
 def few_collections() -> Iterator[None]:
     """Cyclic garbage collection seldom while a report reads: the spans held for assembly
-    survive many young collections, and each one walks them again (a third of the CPU of
-    a read). The objects alive before are set aside (``gc.freeze``); this process is the
-    command's own, and the usual thresholds come back after."""
+    would survive many young collections, each walking them again. The assembler's own
+    records are untracked, so this now guards what it cannot untrack (a plugin's objects,
+    the parser's on the Python path). The objects alive before are set aside
+    (``gc.freeze``); this process is the command's own, and the usual thresholds come
+    back after."""
     old = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
