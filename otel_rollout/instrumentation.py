@@ -28,7 +28,9 @@ be too. It gives:
   samples), :func:`warned` / :func:`forget_warnings` (warn-once bookkeeping);
 * for the Ray integration: the settings a worker must resolve as the driver did
   (:func:`forwarded_variables`, :func:`variable_for`, :data:`SETTINGS`, :data:`BY_NAME`),
-  :func:`ray_attributes` and :data:`DEFAULT_MAXLEN`.
+  :func:`ray_attributes` and :data:`DEFAULT_MAXLEN`;
+* :func:`now_ns`: the default clock (the wall clock read once, moved by the monotonic one),
+  so an instrumentor can tell whether a trajectory runs on it or on an injected one.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from otel_rollout._api.recording import _capture_content as capture_content
 from otel_rollout._api.tracer import RolloutTracer, default_tracer
 from otel_rollout._api.trajectory import Trajectory
 from otel_rollout._base import semconv
+from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import forget_warnings, internal_error, warn_once, warned
 from otel_rollout._settings.table import BY_NAME, SETTINGS, forwarded_variables, variable_for
 from otel_rollout._setup.resource import ray_attributes
@@ -86,6 +89,7 @@ __all__ = [
     "detach_batch",
     "engine_timings",
     "internal_error",
+    "now_ns",
     "require",
     "rollout_tracer",
     "step_span_batch",

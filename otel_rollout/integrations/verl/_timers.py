@@ -30,8 +30,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from otel_rollout import attributes as A
-from otel_rollout._base.clock import now_ns
-from otel_rollout.instrumentation import internal_error
+from otel_rollout.instrumentation import internal_error, now_ns
 from otel_rollout.integrations.verl._state import STATE, State, ToolRound
 
 GENERATE, TOOL_CALLS, COMPUTE_SCORE = "generate_sequences", "tool_calls", "compute_score"
