@@ -87,8 +87,11 @@ def install(
                 continue
             _previous[sig] = previous
             done.append(name)
-        if _previous:  # a signal the main thread misses is sent to it again
-            signal_watch.arm(set(_previous), _handler)
+        if _previous:  # a signal the main thread misses is sent to it again; its thread
+            # leaves every one of SIGNALS to the main thread, also one ignored now (a
+            # handler the user sets later is the main thread's too)
+            with kept_off_new_threads():
+                signal_watch.arm(set(_previous), _handler)
     return done
 
 

@@ -15,7 +15,11 @@ from _otel_env import clean_otel_env
 from otel_rollout.report import read_sources
 from otel_rollout.testing.receiver import OTLPReceiver
 
-_TRAINER = textwrap.dedent(
+#: A child's first line: SIGHUP as a terminal leaves it, not ignored as under ``nohup``
+#: (the child inherits the test run's disposition).
+_HUP_DEFAULT = "import signal; signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+
+_TRAINER = _HUP_DEFAULT + textwrap.dedent(
     """
     import os, signal, sys, time
     import otel_rollout
@@ -100,7 +104,7 @@ def test_the_setting_off_leaves_the_signal_to_its_default(tmp_path):
     assert "trajectories" not in err  # nothing flushed, no summary: what it was before
 
 
-_HANDLERS = textwrap.dedent(
+_HANDLERS = _HUP_DEFAULT + textwrap.dedent(
     """
     import signal, sys, threading
     import otel_rollout
@@ -184,14 +188,18 @@ _PIPELINE_THREADS = ("Otel", "otel-rollout", "grpc", "event_engine", "lifeguard"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
-def test_threads_the_pipeline_starts_leave_the_signals_to_the_main_thread(tmp_path):
+@pytest.mark.parametrize("hup", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "nohup"])
+def test_threads_the_pipeline_starts_leave_the_signals_to_the_main_thread(tmp_path, hup):
+    # under nohup SIGHUP is not handled, yet a handler the user sets later must reach the
+    # main thread: every thread started still blocks it
     receiver = OTLPReceiver().start()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         env.update(PYTHONPATH=os.getcwd(), OTEL_ROLLOUT_ANNOUNCE="false",
                    OTEL_EXPORTER_OTLP_ENDPOINT=receiver.grpc_endpoint,
                    OTEL_METRICS_EXPORTER="none")  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", _MASKS], env=env, cwd=tmp_path,
+        first = f"import signal; signal.signal(signal.SIGHUP, signal.{hup.name})\n"
+        done = subprocess.run([sys.executable, "-c", first + _MASKS], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)  # fmt: skip
         assert done.returncode == 0, done.stderr
         threads = [line.rsplit(" ", 1) for line in done.stdout.splitlines()]
