@@ -24,8 +24,9 @@ from otel_rollout.testing.receiver import OTLPReceiver
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
-def in_child(fn) -> dict:
-    """Fork; run ``fn()`` in the child and return the JSON-able dict it returns."""
+def in_child(fn, after_fork=None) -> dict:
+    """Fork; run ``fn()`` in the child and return the JSON-able dict it returns.
+    ``after_fork()`` runs in the parent once the child exists."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report and leave without running the parent's exit hooks
@@ -37,6 +38,8 @@ def in_child(fn) -> dict:
         finally:
             os._exit(code)
     os.close(write)
+    if after_fork is not None:
+        after_fork()
     chunks = []
     while chunk := os.read(read, 65536):
         chunks.append(chunk)
@@ -68,8 +71,10 @@ def test_a_child_forked_while_the_parents_queue_is_full_still_exports():
     with OTLPReceiver() as rx:
         rx.hold()  # the endpoint hangs: the parent's queue fills up
         tracer, export, _, _, provider = pipeline(rx, queue=8)
-        for i in range(20):
-            run(tracer, f"parent-{i}")
+        run(tracer, "parent-0")
+        # the export thread's first request has reached the receiver and waits there (on
+        # a loaded machine the thread may not have run yet: the queue would fill first)
+        assert rx.wait_for(lambda r: r.requests >= 1)
         deadline = time.monotonic() + 10
         while export.stats.dropped_queue_full == 0 and time.monotonic() < deadline:
             run(tracer, "parent-more")
@@ -82,8 +87,11 @@ def test_a_child_forked_while_the_parents_queue_is_full_still_exports():
             return {"flushed": flushed, "exported": s.exported, "pending": s.pending,
                     "dropped": s.dropped}  # fmt: skip
 
-        rx.release()  # the child's requests (and the parent's) are answered from now on
-        got = in_child(child)
+        # the child's requests (and the parent's) are answered once the child exists: the
+        # fork finds the parent's export thread waiting for its answer, not taking or
+        # putting back a pooled connection under urllib3's lock, which a child would find
+        # held for ever (fork copies no thread to let it go)
+        got = in_child(child, after_fork=rx.release)
         assert got == {"flushed": True, "exported": 2, "pending": 0, "dropped": 0}
         mine = lambda r: [s for s in r.spans() if s.trace_id and s.attributes.get(  # noqa: E731
             A.TRAJECTORY_ID) == "child-0"]  # fmt: skip
