@@ -23,6 +23,8 @@ def _payloads(data: bytes):
             pos += left
             continue
         _crc, length, kind = struct.unpack_from("<IHB", data, pos)
+        if pos + 7 + length > len(data):  # a record still being written
+            return
         chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == _FULL:
@@ -55,8 +57,13 @@ def history(path: str | Path, wait_s: float = 30.0) -> list[dict[str, Any]]:
     by wandb's own process, which may still be writing when ``wandb.finish()`` returns:
     read until its ``exit`` record is there (at most ``wait_s``)."""
     deadline = time.monotonic() + wait_s
+    from google.protobuf.message import DecodeError
+
     while True:
-        recs = records(path) if Path(path).exists() else []
+        try:
+            recs = records(path) if Path(path).exists() else []
+        except DecodeError:  # read while a block was half written: read again
+            recs = []
         if any(r.WhichOneof("record_type") == "exit" for r in recs):
             break
         if time.monotonic() > deadline:
