@@ -6,7 +6,9 @@
 #
 # sets $venv and returns 0 with this checkout installed (-e ".[EXTRAS]") on top; returns
 # 1 after saying why (no Python 3.12, a failed install) so the step can skip its tests.
-# WHAT names the tests in those messages.
+# WHAT names the tests in those messages. A requirement line marked "# no-deps" (a
+# package whose declared requirements are not wanted, e.g. AReaL's ~80) is installed
+# with --no-deps first; the other lines are its stand-ins.
 
 _ci_install() {  # _ci_install VENV ARGS...: uv pip where it runs, else the venv's pip
   local target=$1
@@ -16,6 +18,13 @@ _ci_install() {  # _ci_install VENV ARGS...: uv pip where it runs, else the venv
   else
     "$target/bin/pip" install -q "$@"
   fi
+}
+
+_ci_nodeps() {  # _ci_nodeps VENV REQUIREMENTS: install the "# no-deps" lines with --no-deps
+  local nodeps
+  nodeps=$(grep -E '^[^#].*# no-deps' "$2" | sed 's/#.*//' || true)
+  # shellcheck disable=SC2086
+  [ -z "$nodeps" ] || _ci_install "$1" --no-deps $nodeps
 }
 
 cached_py312_venv() {
@@ -34,7 +43,9 @@ cached_py312_venv() {
   if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     mkdir -p "$cache"
-    if "$py312" -m venv "$venv" && _ci_install "$venv" -r "$req" -e ".[$extras]"; then
+    if "$py312" -m venv "$venv" && _ci_nodeps "$venv" "$req" \
+      && grep -vE '# no-deps' "$req" > "$venv/requirements.txt" \
+      && _ci_install "$venv" -r "$venv/requirements.txt" -e ".[$extras]"; then
       touch "$venv/.complete"
     else
       echo "warning: could not install $req into $venv; $what did not run" >&2
@@ -44,7 +55,8 @@ cached_py312_venv() {
   fi
   # A cached venv may come from another checkout: point its editable install at this one
   # (and add anything pyproject.toml gained since).
-  if ! _ci_install "$venv" -r "$req" -e ".[$extras]"; then
+  grep -vE '# no-deps' "$req" > "$venv/requirements.txt"
+  if ! _ci_install "$venv" -r "$venv/requirements.txt" -e ".[$extras]"; then
     echo "warning: could not install this checkout into $venv; $what did not run" >&2
     return 1
   fi

@@ -16,7 +16,8 @@ import random
 import statistics
 import time
 
-from otel_rollout import analyze_batch, compute_breakdown, summarize
+from otel_rollout import analyze_batch, summarize
+from otel_rollout.accounting import compute_breakdown
 
 MS = 1_000_000
 
@@ -75,10 +76,10 @@ def main() -> None:
     print(f"summarize (baseline): {s * 1e3:.1f} ms wall, {s_cpu * 1e3:.1f} ms CPU (medians)")
     print(f"ratio analyze_batch / summarize: {a / s:.2f} wall, {a_cpu / s_cpu:.2f} CPU")
     print(
-        f"batch: wall {result.wall_ns / 1e9:.2f} s, tail {result.tail_ns / 1e9:.2f} s "
-        f"({result.tail_frac:.0%}), {len(result.stragglers)} stragglers, dominant band in the "
-        f"tail {result.dominant_tail_band}, llm concurrency mean "
-        f"{result.llm_concurrency_mean:.0f} max {result.llm_concurrency_max}"
+        f"batch: wall {result.wall_ns / 1e9:.2f} s, {result.capacity} slots "
+        f"{result.slots.frac('empty'):.0%} empty, drain {result.drain_ns / 1e9:.2f} s "
+        f"({result.drain_frac:.0%}), {len(result.stragglers)} stragglers, llm concurrency "
+        f"mean {result.llm_concurrency_mean:.0f} max {result.llm_concurrency_max}"
     )
 
 

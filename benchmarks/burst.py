@@ -6,10 +6,10 @@ an env setup, a generate and an env step: 4 spans), wait for each other, and the
 all at once. Prints the export counts by reason, the breakdowns computed, and what
 ``otel-rollout report`` reads back from the file.
 
-    python benchmarks/burst.py [--trajectories 10000] [--threads 8] [--burst-room N]
+    python benchmarks/burst.py [--trajectories 10000] [--threads 8] [--queue N]
 
-``--burst-room``: the queue's room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` (default 100,000): a
-smaller one makes the burst lose spans, to compare the shutdown summary's losses with
+``--queue``: ``OTEL_BSP_MAX_QUEUE_SIZE`` (default: the variable's, else 2,048): one the
+burst does not fit makes it lose spans, to compare the shutdown summary's losses with
 those ``report`` reads from the file's loss records.
 """
 
@@ -71,10 +71,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=10_000)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--burst-room", type=int, default=None)
+    parser.add_argument("--queue", type=int, default=None)
     args = parser.parse_args()
-    if args.burst_room is not None:
-        os.environ["OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS"] = str(args.burst_room)
+    if args.queue is not None:
+        os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = str(args.queue)
     with tempfile.TemporaryDirectory() as folder:
         rollout = otel_rollout.configure(local=True, output_dir=folder, metrics_exporter="none",
                                          sample_ratio=1.0)  # fmt: skip

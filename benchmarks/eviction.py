@@ -17,8 +17,8 @@ import time
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_rollout import BreakdownProcessor
 from otel_rollout import attributes as A
+from otel_rollout.sdk import BreakdownProcessor
 
 
 def _leak(tracer, n: int, first: int) -> list:

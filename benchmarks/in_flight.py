@@ -5,7 +5,8 @@ trace file); the agent threads pay nothing per span, only a wait for the process
 lock while the record copies its two maps. This measures, in one process, with ``K``
 trajectories running (each inside a generate call):
 
-* the CPU of one record (snapshot, span, OTLP JSON encoding, the write to a trace file),
+* the CPU of one record (snapshot, log record, OTLP JSON encoding, the write to a trace
+  file),
 * how long it holds the processor's lock (what an agent thread may wait, once a record),
 * the baseline: the CPU of one 10-turn trajectory through the same tracer and processor
   (histograms on, batch export to a null exporter), measured here too;
@@ -28,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -35,10 +38,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from overhead import NullExporter, rollout_tree
 
-from otel_rollout import BreakdownProcessor, RolloutTracer
-from otel_rollout._export.in_flight import MAX_CPU_SHARE, InFlightExporter
+from otel_rollout import RolloutTracer
+from otel_rollout._export.in_flight import MAX_CPU_SHARE, InFlightRecorder
+from otel_rollout._export.log_file import TraceFileLogExporter
 from otel_rollout._export.tracefile import RotatingTraceFile
-from otel_rollout._processing.in_flight import DEFAULT_MAX_LISTED, in_flight
+from otel_rollout._processing.breakdown_processor import DEFAULT_MAX_LISTED, in_flight
+from otel_rollout.sdk import BreakdownProcessor
 
 RUNNING = (100, 1000, 10000)
 RATES = (10, 100, 1000)
@@ -73,11 +78,13 @@ def record_cost(k: int, folder: Path) -> tuple[float, float]:
         for i in range(k):
             t = stack.enter_context(tracer.trajectory(f"t{i}", env=f"env{i % 4}"))
             stack.enter_context(t.generate())
-        exporter = InFlightExporter(
-            RotatingTraceFile(folder / f"in-flight-{k}.jsonl"),
-            lambda: in_flight(processor, DEFAULT_MAX_LISTED),
-            Resource.create({}),
-            interval_s=3600,
+        provider = LoggerProvider(resource=Resource.create({}), shutdown_on_exit=False)
+        trace_file = RotatingTraceFile(folder / f"in-flight-{k}.jsonl")
+        provider.add_log_record_processor(
+            SimpleLogRecordProcessor(TraceFileLogExporter(trace_file))
+        )
+        exporter = InFlightRecorder(
+            lambda: in_flight(processor, DEFAULT_MAX_LISTED), provider, interval_s=3600
         )
         exporter.write_record()
         t0 = time.process_time()

@@ -197,7 +197,8 @@ def _run_one(mode: str, n: int) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from overhead import NullExporter, bare_tree, rollout_tree
 
-    from otel_rollout import BreakdownProcessor, GenAIMetricsProcessor, RolloutTracer
+    from otel_rollout import RolloutTracer
+    from otel_rollout.sdk import BreakdownProcessor, GenAIMetricsProcessor
 
     tmp = tempfile.mkdtemp()
     if mode == "default":

@@ -24,8 +24,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_rollout import BreakdownProcessor, RolloutTracer
+from otel_rollout import RolloutTracer
 from otel_rollout._processing import loopstall as _loopstall
+from otel_rollout.sdk import BreakdownProcessor
 
 TURNS = 10
 

@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
 
-from otel_rollout import BreakdownProcessor, RolloutTracer
+from otel_rollout import RolloutTracer
+from otel_rollout.sdk import BreakdownProcessor
 
 TURNS = 10
 

@@ -15,20 +15,17 @@ Each is run ``--repeat`` times; the medians are printed. The children write thei
 bytecode to a temporary cache (warmed up first), as an installed package has it, even
 where ``PYTHONDONTWRITEBYTECODE`` is set: compiling the package is not the report's cost.
 
-Says whether the report's hot loops ran in C (``otel_rollout._speedups``) or in Python
-(``OTEL_ROLLOUT_PURE_PYTHON=1`` in the environment, or no extension built). Prints the
-report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs less
-than parsing its input with the standard library), with and without the start-up.
+Prints the report's CPU as a ratio of ``json.loads``'s (below 1.0: the report costs
+less than parsing its input with the standard library), with and without the start-up.
 
-The report above reads with ``--jobs 1`` (one process: its CPU is the figure compared
-with ``json.loads``). With ``--jobs N`` (several files: rotated, ``--max-mb``), it also
-runs ``--repeat`` times each with ``--jobs 1`` and ``--jobs N``, alternating, and prints
-the medians of CPU (all processes), wall time, the peak RSS of the report's process and
-of its largest worker, the ratios, the load average, and whether both JSON answers are
-the same.
+On a shared machine the CPU ratio moves with the load (the report's work waits on memory
+more than ``json.loads``'s). ``--instructions`` adds a figure the load cannot move: the
+instructions (``valgrind --tool=callgrind``) of ``json.loads`` of every line of the
+first file and of the report of that file, each less its start-up (the same script on a
+one-line file). Needs valgrind; takes minutes per 20 MB.
 
     python benchmarks/report_speed.py [--trajectories 30000] [--files F ...] [--repeat 3]
-    python benchmarks/report_speed.py --files /data/run/*.jsonl --jobs 2
+    python benchmarks/report_speed.py --files small.jsonl --repeat 1 --instructions
 """
 
 from __future__ import annotations
@@ -50,10 +47,8 @@ _CHILD = (
     "t = time.perf_counter()\n"
     "rc = main(['report', *sys.argv[1:], '--format', 'json'])\n"
     "wall = time.perf_counter() - t\n"
-    "s, c = resource.getrusage(resource.RUSAGE_SELF), "
-    "resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-    "cpu = s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime\n"
-    "print(cpu, wall, s.ru_maxrss, c.ru_maxrss, file=sys.stderr)\n"
+    "s = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "print(s.ru_utime + s.ru_stime, wall, s.ru_maxrss, file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
 
@@ -83,16 +78,6 @@ def write_trace_file(folder: Path, n: int, max_mb: float) -> list[str]:
             rollout.force_flush(30)
     rollout.shutdown(60)
     return sorted(glob.glob(str(folder / "**" / "*.jsonl"), recursive=True))
-
-
-def loops(env: dict[str, str]) -> str:
-    """Where the report's hot loops run in a child with ``env``: C or Python."""
-    probe = "from otel_rollout.report import _otlp_typed as t; print(t._span_rows is not None)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         env=env, check=True).stdout.strip()  # fmt: skip
-    if out == "True":
-        return "C (otel_rollout._speedups)"
-    return "Python (no _speedups, or OTEL_ROLLOUT_PURE_PYTHON=1)"
 
 
 def json_loads_cpu(files: list[str]) -> tuple[float, int]:
@@ -125,15 +110,40 @@ def start_up_cpu(env: dict[str, str]) -> float:
 
 def run_report(
     files: list[str], *extra: str, env: dict[str, str] | None = None
-) -> tuple[float, float, float, float, dict]:
-    """CPU seconds, wall seconds, peak RSS (MiB) of the report's process and of its largest
-    child (a ``--jobs`` worker; 0 without) and the JSON answer of one report."""
+) -> tuple[float, float, float, dict]:
+    """CPU seconds, wall seconds, peak RSS (MiB) and the JSON answer of one report."""
     proc = subprocess.run([sys.executable, "-c", _CHILD, *files, *extra],
                           capture_output=True, text=True, env=env)  # fmt: skip
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"report failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    cpu, wall, rss, child_rss = proc.stderr.strip().splitlines()[-1].split()
-    return float(cpu), float(wall), int(rss) / 1024, int(child_rss) / 1024, json.loads(proc.stdout)
+    cpu, wall, rss = proc.stderr.strip().splitlines()[-1].split()
+    return float(cpu), float(wall), int(rss) / 1024, json.loads(proc.stdout)
+
+
+_LOADS = "import json, sys\nfor line in open(sys.argv[1], 'rb'):\n    json.loads(line)\n"
+_LINES = "import sys\nfor line in open(sys.argv[1], 'rb'):\n    pass\n"
+_REPORT = ("import io, sys\nfrom otel_rollout.cli import main\nsys.stdout = io.StringIO()\n"
+           "main(['report', sys.argv[1], '--format', 'json'])\n")  # fmt: skip
+
+
+def instructions(code: str, path: str, env: dict[str, str]) -> int:
+    """Instructions (callgrind's total) of ``python -c code path``."""
+    import re
+
+    with tempfile.NamedTemporaryFile(suffix=".callgrind") as out:
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
+                        sys.executable, "-c", code, path], capture_output=True, check=True,
+                       env=env)  # fmt: skip
+        text = Path(out.name).read_text()
+    return int(re.search(r"^summary: (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
+
+
+def compare_instructions(path: str, one: str, env: dict[str, str]) -> None:
+    """The report's instructions as a ratio of ``json.loads``'s on ``path``."""
+    loads = instructions(_LOADS, path, env) - instructions(_LINES, path, env)
+    report = instructions(_REPORT, path, env) - instructions(_REPORT, one, env)
+    print(f"instructions on {Path(path).name}: json.loads {loads / 1e9:.2f} G, report "
+          f"{report / 1e9:.2f} G = {report / loads:.2f}x json.loads")  # fmt: skip
 
 
 def main() -> int:
@@ -153,8 +163,11 @@ def main() -> int:
     parser.add_argument("--files", nargs="+", help="read these trace files instead")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     parser.add_argument("--dir", default=None, help="where the file is written (deleted after)")
-    parser.add_argument("--jobs", type=int, help="also compare report --jobs 1 and --jobs N")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions on the first file (valgrind)")  # fmt: skip
     args = parser.parse_args()  # fmt: skip
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         files = args.files
         if not files:
@@ -175,8 +188,8 @@ def main() -> int:
             w.write(f.readline())
         run_report([one], env=env)
         starts = [start_up_cpu(env) for _ in range(n)]
-        runs = [run_report(files, "--jobs", "1", env=env) for _ in range(n)]
-        for cpu, wall, rss, _, out in runs:
+        runs = [run_report(files, env=env) for _ in range(n)]
+        for cpu, wall, rss, out in runs:
             print(f"  report: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
                   f"{out['trajectories']} trajectories")  # fmt: skip
         cpu = statistics.median(r[0] for r in runs)
@@ -187,31 +200,10 @@ def main() -> int:
               f"wall {wall:.2f} s; peak RSS {rss:.1f} MiB")  # fmt: skip
         print(f"of which start-up (interpreter + imports): {start:.2f} s CPU; without it: "
               f"{cpu - start:.2f} s = {(cpu - start) / base:.2f}x json.loads")  # fmt: skip
-        print(f"the report's hot loops ran in {loops(env)}; load average "
-              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
-        if args.jobs:
-            compare_jobs(files, args.jobs, n, env)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        if args.instructions:
+            compare_instructions(files[0], one, env)
     return 0
-
-
-def compare_jobs(files: list[str], jobs: int, repeat: int, env: dict[str, str]) -> None:
-    """``--jobs 1`` against ``--jobs N`` on the same files, alternating, medians printed."""
-    runs: dict[int, list[tuple[float, float, float, float]]] = {1: [], jobs: []}
-    answers: dict[int, dict] = {}
-    load = os.getloadavg()[0]
-    for _ in range(repeat):
-        for n in (1, jobs):
-            *figures, answers[n] = run_report(files, "--jobs", str(n), env=env)
-            runs[n].append(tuple(figures))  # type: ignore[arg-type]
-    load = (load + os.getloadavg()[0]) / 2
-    med = {n: [statistics.median(r[i] for r in rs) for i in range(4)] for n, rs in runs.items()}
-    for n, (cpu, wall, rss, child) in med.items():
-        print(f"--jobs {n}: CPU {cpu:6.2f} s, wall {wall:6.2f} s, peak RSS {rss:6.1f} MiB, "
-              f"largest worker {child:6.1f} MiB (median of {repeat})")  # fmt: skip
-    (c1, w1, *_), (cn, wn, *_) = med[1], med[jobs]
-    same = answers[1] == answers[jobs]
-    print(f"--jobs {jobs} / --jobs 1: CPU {cn / c1:.2f}x, wall {wn / w1:.2f}x; load average "
-          f"{load:.1f} on {os.cpu_count()} cores; same JSON: {same}")  # fmt: skip
 
 
 if __name__ == "__main__":

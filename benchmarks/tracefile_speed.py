@@ -33,7 +33,8 @@ def trajectory_spans(n: int) -> list:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from overhead import rollout_tree
 
-    from otel_rollout import BreakdownProcessor, RolloutTracer
+    from otel_rollout import RolloutTracer
+    from otel_rollout.sdk import BreakdownProcessor
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -79,7 +79,7 @@ def main() -> None:
     from otel_rollout.testing import make_test_env
 
     asyncio.run(rollouts(args))  # warm-up: imports, first connections
-    from otel_rollout import configure_loop_stalls
+    from otel_rollout.sdk import configure_loop_stalls
 
     plain: list[tuple[float, float]] = []
     traced: list[tuple[float, float]] = []

@@ -1,4 +1,4 @@
-"""The ``otel-rollout`` command line: ``demo``, ``report``, ``example``."""
+"""The ``otel-rollout`` command line: ``demo``, ``report``, ``top``."""
 
 from __future__ import annotations
 
@@ -10,16 +10,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
+from otel_rollout.demo import ENVS as DEMO_ENVS
+
 _CLI_HINT = "pip install 'otel-rollout[cli]'"
+#: What the ``[cli]`` extra installs that a command imports (a missing one: one line).
+_CLI_MODULES = frozenset({"rich", "textual", "matplotlib", "skyrl_gym", "opentelemetry"})
 
 _JAEGER_URL_HELP = (
     "Jaeger UI the pictures link trace ids to (default: $OTEL_ROLLOUT_JAEGER_URL, "
     "else http://localhost:16686, the compose stack's)"
 )
 _VERBOSE_HELP = "every table: per band, engine split, event loop, rewards, batches"
-_DEMO_MORE = "more tables: --verbose; every figure: the report line below, --format json"
-#: The demo's env classes (kept here so --help needs no import of the demo).
-DEMO_ENVS = ("gsm8k_multi_turn", "text2sql", "lcb")
 
 
 def _at_least_one(value: str) -> int:
@@ -31,6 +32,17 @@ def _at_least_one(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def _seconds(value: str) -> float:
+    """Seconds, a finite number >= 0 (--linger)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"must be seconds >= 0, got {value}")
+    return seconds
 
 
 def _env_list(value: str) -> tuple[str, ...]:
@@ -55,6 +67,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _need(*modules: str) -> None:
+    """Exit with the install line when a module of the ``[cli]`` extra is missing."""
     missing = []
     for m in modules:
         try:
@@ -93,7 +106,7 @@ def _parse_time(value: str) -> int:
 
 
 def _parse_band(item: str) -> tuple[str, str]:
-    """``PHASE=BAND``: a phase name mapped to one of the five bands."""
+    """``PHASE=BAND``: a phase name mapped to one of the bands."""
     from otel_rollout.attributes import ALL_BANDS
 
     phase, sep, band = item.partition("=")
@@ -119,25 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Observe the rollouts of LLM RL trainers with OpenTelemetry.",
     )
     from otel_rollout._version import __version__
+    from otel_rollout.attributes import ALL_BANDS
 
     parser.add_argument("--version", action="version", version=f"otel-rollout {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineErrors)
-    ex = sub.add_parser(
-        "example",
-        help="run a small traced rollout and print its breakdown",
-        formatter_class=_Help,
-        description=(
-            "Run toy trajectories (sleeps standing in for generate and env steps) through "
-            "otel_rollout.configure(local=True), the way a trainer would, and print "
-            "summarize()'s dict: SkyRL's generate/trajectory_time_* keys. Traces go to an "
-            "OTLP JSON lines file under otel-rollout-output/, unless OTEL_EXPORTER_OTLP_"
-            "ENDPOINT sends them to a Collector."
-        ),
-    )
-    ex.add_argument("-n", "--trajectories", type=_at_least_one, default=16,
-                    help="trajectories to run")  # fmt: skip
-    ex.set_defaults(func=_example)
-
     demo = sub.add_parser(
         "demo",
         help="run a traced concurrent rollout on real skyrl-gym envs; verdict, tables, pictures",
@@ -148,9 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
             "cases in a subprocess) envs, as one batch, against a simulated "
             "continuous-batching inference server (--engine sim), any OpenAI-compatible "
             "server (--engine openai) or vLLM (--engine vllm: in-process on --model PATH, "
-            "or the server at --base-url). Prints the verdict (where the time went, the batch "
-            "tail, stragglers, losses), then the tables. Writes an OTLP JSON lines trace "
-            "file, PNGs and HTML pages. Also exports over OTLP when "
+            "or the server at --base-url). Prints the verdict (where the batch's slots went, "
+            "the engine, the drain and stragglers, losses), then the tables. Writes an OTLP "
+            "JSON lines trace file, PNGs and HTML pages. Also exports over OTLP when "
             "OTEL_EXPORTER_OTLP_ENDPOINT is set."
         ),
     )
@@ -173,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
     demo.add_argument(
         "--linger",
-        type=float,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="keep the providers up SECONDS after the run, before shutdown (lets Prometheus "
@@ -193,8 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
             "(http://host:16686, service from --service, else $OTEL_SERVICE_NAME, else "
             "otel-rollout, configure()'s default) or query URL; or a Tempo base URL (the same "
             "service) or search URL (http://host:3200/api/search?tags=...). Exit codes: 0 "
-            "report printed, 1 no trajectories in the input, 2 bad arguments, 3 input cannot "
-            "be read."
+            "report printed, 1 no trajectories (in the input, or left by the filters), 2 bad "
+            "arguments, 3 input cannot be read."
         ),
     )
     rep.add_argument("source", metavar="PATH_OR_URL", nargs="+",
@@ -213,21 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=_parse_band,
         metavar="PHASE=BAND",
-        help="map a phase to a band (llm, env, env_setup, env_teardown, other)",
+        help=f"map a phase to a band ({', '.join(ALL_BANDS)})",
     )
     rep.add_argument("--format", choices=("table", "json"), default="table",
                      help="tables on the terminal, or every figure as JSON on stdout")  # fmt: skip
     rep.add_argument("--output-dir", type=Path, help="write the pictures and HTML pages here")
     rep.add_argument("--jaeger-url", help=_JAEGER_URL_HELP)
-    rep.add_argument(
-        "--jobs",
-        type=_at_least_one,
-        metavar="N",
-        help="processes reading several trace files (rotated files, a glob, a folder) "
-        "at once (default 1: this process reads them); the figures are the same. Worth it "
-        "with idle cores and files of tens of MB: each worker holds a whole file's "
-        "trajectories. Inputs under 16 MB are read in this process",
-    )
     rep.add_argument(
         "--baseline",
         action="append",
@@ -238,79 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
         "5%% and 1 ms (docs/demo.md)",
     )
     rep.set_defaults(func=_report)
-    from otel_rollout.live._args import add_parser as add_top
+    from otel_rollout.live._command import add_parser as add_top
 
     add_top(sub, _parse_band, _need)
     return parser
 
 
-def _example(args: argparse.Namespace) -> int:
-    from otel_rollout.demo._example import run_example
-
-    run_example(args.trajectories)
-    return 0
-
-
 def _demo(args: argparse.Namespace) -> int:
     _need("rich", "matplotlib", "skyrl_gym")
-    import asyncio
+    from otel_rollout.demo._command import run_demo_command
 
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from otel_rollout.demo._engine import OpenAIEngine, SimEngine
-    from otel_rollout.demo._hints import jaeger_hint, report_command
-    from otel_rollout.demo._run import run_demo_async
-    from otel_rollout.report import read_trace_file
-    from otel_rollout.report._aggregate import ReportData
-    from otel_rollout.report._render import show
-
-    if args.engine == "openai":
-        if not args.base_url or not args.model:
-            raise SystemExit("otel-rollout: --engine openai needs --base-url and --model")
-        engine = OpenAIEngine(args.base_url, args.model)
-    elif args.engine == "vllm":
-        from otel_rollout.demo._vllm import vllm_engine
-
-        engine = vllm_engine(args.model, args.base_url)
-    else:
-        engine = SimEngine(seed=args.seed)
-    console = Console()
-    with Progress(console=console, disable=args.no_progress, transient=True) as progress:
-        task = progress.add_task("trajectories", total=args.trajectories)
-        result = asyncio.run(
-            run_demo_async(
-                n=args.trajectories,
-                concurrency=args.concurrency,
-                envs=tuple(args.envs),
-                engine=engine,
-                seed=args.seed,
-                output_dir=args.output_dir,
-                on_done=lambda: progress.advance(task),
-                linger_s=args.linger,
-            )
-        )
-    phases, batch_spans = {}, {}
-    if result.trace_file.exists():
-        read = read_trace_file(result.trace_file)
-        phases = {t.breakdown.trace_id: t.phases for t in read.trajectories}
-        batch_spans = read.batches
-    data = ReportData.of(result.breakdowns, phases, run_id=result.run_id)
-    show(console, data, title="demo (online breakdowns)", batch_spans=batch_spans,
-         out_dir=args.output_dir, jaeger_url=args.jaeger_url, verbose=args.verbose,
-         failures=result.failures, losses=result.losses, exported=result.exported,
-         more=_DEMO_MORE)  # fmt: skip
-    if result.rewards:
-        rewards = ", ".join(f"{env} {r:.3f}" for env, r in sorted(result.rewards.items()))
-        console.print(f"mean reward: {rewards}", markup=False, highlight=False)
-    console.print(f"trace file: {result.trace_file}", markup=False, highlight=False,
-                  soft_wrap=True)  # fmt: skip
-    console.print("recompute offline:", markup=False, highlight=False)
-    console.print(f"  {report_command(result.trace_file)}", markup=False, highlight=False,
-                  soft_wrap=True)  # fmt: skip
-    for line in jaeger_hint():
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 0 if not result.errors else 1
+    return run_demo_command(args)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -327,12 +254,36 @@ def main(argv: list[str] | None = None) -> int:
     from otel_rollout._base.text import escape_stream_errors
 
     escape_stream_errors(sys.stdout)  # odd text in ids is escaped, never a traceback
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return args.func(args)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in _CLI_MODULES:
+            raise
+        print(f"otel-rollout: the command line needs {exc.name}; install with: {_CLI_HINT}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    except BrokenPipeError:  # stdout closed early (``report --format json | head``)
+        return _closed_pipe()
+
+
+#: The exit status of a command whose output pipe closed (128 + SIGPIPE, as the shell's).
+EXIT_CLOSED_PIPE = 141
+
+
+def _closed_pipe() -> int:
+    """Say nothing; output still buffered goes nowhere, so the flush at exit cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (stdout replaced in-process)
+        pass
+    return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

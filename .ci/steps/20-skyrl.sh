@@ -12,4 +12,5 @@ cd "$(dirname "$0")/../.."
 cached_py312_venv skyrl .ci/requirements/skyrl.txt 'skyrl,dev' "the real-SkyRL tests" || exit 0
 HF_HUB_OFFLINE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfEs \
   tests/integrations/test_skyrl.py tests/integrations/test_skyrl_parity.py \
-  tests/integrations/test_skyrl_loopstall.py tests/processing/test_loopstall.py
+  tests/integrations/test_skyrl_loopstall.py tests/processing/test_loopstall.py \
+  tests/integrations/test_skyrl_steps.py

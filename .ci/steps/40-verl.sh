@@ -10,4 +10,4 @@ cd "$(dirname "$0")/../.."
 . .ci/lib.sh
 cached_py312_venv verl .ci/requirements/verl.txt 'verl,dev' "the verl tests" || exit 0
 HF_HUB_OFFLINE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -rfEs \
-  tests/integrations/test_verl.py
+  tests/integrations/test_verl.py tests/integrations/test_verl_steps.py

@@ -1,40 +1,187 @@
-"""The batch view: one pure analysis over the breakdowns of one batch (a training step).
-
-A synchronous step waits for its slowest trajectory. :func:`analyze_batch` says how long
-that wait was and what it was spent on, from the breakdowns alone, so it gives the same
-figures online (the batch span), at a Ray driver from gathered breakdowns, and offline
-in ``report``:
-
-* **wall** = batch start (the batch span's start, else the earliest trajectory start) to
-  the last trajectory end; each trajectory's **finish** is its end minus the batch start.
-* **tail** = last finish - median finish (the mean of the two middle finishes for an
-  even count, rounded down to a whole nanosecond), and its share of the wall.
-* **stragglers**: trajectories finishing after the 90th percentile of finishes
-  (``numpy.percentile(finish, 90)``).
-* **what the tail was spent on**: over the tail interval ``[median finish, last finish]``
-  the trajectory-nanoseconds of the trajectories still running, split into the five bands
-  with the same overlap priority as a breakdown (so ``other`` is what no phase covers).
-* **engine demand**: trajectories in flight and trajectories inside a generate call, as
-  step functions over the batch; the time-averaged and peak in-generate concurrency, and
-  the share of the wall during which in-generate concurrency was below a quarter of peak.
-
-Every figure is computed from per-trajectory integers, so it does not depend on the
-order of the breakdowns, and the analysis of two batches' breakdowns together is the
-analysis of their union. Times are integer nanoseconds; fractions and means are floats.
-"""
+"""The batch view (docs/batch.md, "The analysis"): one pure, order-independent analysis
+of one batch's breakdowns (:func:`analyze_batch`: :class:`BatchAnalysis`, with
+:class:`StepFunction` counts over time), the same online, at a Ray driver and in
+``report``; and a batch's breakdowns gathered online (:class:`BatchAccumulator`)."""
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.batch_figures import BatchAnalysis, StepFunction
 from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._accounting.slot_arrays import interval_table, order_by
+from otel_rollout._accounting.slots import SlotAccount, check_capacity, slot_account
+from otel_rollout._base.errors import warn_once
+
+_NS = 1e-9
+#: Straggler trace ids written onto the batch span (the rest are in the analysis).
+MAX_STRAGGLER_IDS = 32
+
+
+class StepFunction:
+    """A count over time: ``values[i]`` holds from ``times_ns[i]`` to the next time (the
+    last one to the batch's end). Both are int64 numpy arrays."""
+
+    __slots__ = ("times_ns", "values")
+
+    def __init__(self, times_ns: Any, values: Any) -> None:
+        self.times_ns = np.asarray(times_ns, dtype=np.int64)
+        self.values = np.asarray(values, dtype=np.int64)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepFunction):
+            return NotImplemented
+        return np.array_equal(self.times_ns, other.times_ns) and np.array_equal(
+            self.values, other.values
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equal by value
+
+    def __len__(self) -> int:
+        return len(self.times_ns)
+
+    def __repr__(self) -> str:
+        return f"StepFunction({len(self)} steps, max {self.max()})"
+
+    def max(self) -> int:
+        return int(self.values.max()) if len(self.values) else 0
+
+    def at(self, t_ns: int) -> int:
+        """The value at time ``t_ns`` (0 before the first time)."""
+        i = int(np.searchsorted(self.times_ns, t_ns, "right")) - 1
+        return int(self.values[i]) if i >= 0 else 0
+
+
+@dataclass(frozen=True, eq=True)
+class BatchAnalysis:
+    """The figures of one batch; :func:`analyze_batch` computes them."""
+
+    batch_id: str | None
+    trajectories: int
+    start_ns: int
+    end_ns: int
+    wall_ns: int
+    #: Finish times (end - batch start), ascending.
+    finish_ns: tuple[int, ...]
+    #: Where the batch's capacity went: :mod:`otel_rollout._accounting.slots`.
+    slots: SlotAccount
+    in_flight: StepFunction = field(default_factory=lambda: StepFunction((), ()))
+    in_generate: StepFunction = field(default_factory=lambda: StepFunction((), ()))
+    #: Trajectory-nanoseconds in generate calls (the ``llm`` band), summed.
+    llm_ns: int = 0
+    llm_concurrency_mean: float = 0.0
+    llm_concurrency_max: int = 0
+    low_llm_demand_ns: int = 0
+    low_llm_demand_frac: float = 0.0
+    #: Wall time with no generate call in flight, and its share of the wall.
+    engine_idle_ns: int = 0
+    engine_idle_frac: float = 0.0
+    #: The engine's own queue time, summed over the trajectories whose spans report it
+    #: (vLLM's ``llm_request``); ``None`` when none did.
+    engine_queue_ns: int | None = None
+    #: Policy versions between generation and consumption, and nanoseconds waited in the
+    #: buffer, over the trajectories where they are known (async trainers).
+    staleness: tuple[int, ...] = ()
+    buffer_wait_ns: tuple[int, ...] = ()
+
+    @property
+    def capacity(self) -> int:
+        """Trajectories the batch may run at once (declared, else the peak in flight)."""
+        return self.slots.capacity
+
+    @property
+    def drain_ns(self) -> int:
+        return self.slots.drain_ns
+
+    @property
+    def drain_frac(self) -> float:
+        return self.slots.drain_frac
+
+    @property
+    def stragglers(self) -> tuple[Breakdown, ...]:
+        """The slow trajectories that kept the batch in its drain, by end."""
+        return tuple(s.breakdown for s in self.slots.stragglers)
+
+    @property
+    def straggler_cost_ns(self) -> int:
+        return self.slots.straggler_cost_ns
+
+    def summary(self, *, prefix: str = "generate/") -> dict[str, float]:
+        """Per-batch keys for an experiment tracker, beside :func:`summarize`'s
+        (docs/batch.md lists them); an empty batch gives the same keys, each NaN."""
+        p, sl = prefix, self.slots
+        out = {f"{p}batch_wall_time": self.wall_ns * _NS, f"{p}batch_capacity": float(sl.capacity)}
+        out.update((f"{p}batch_slot_frac_{part}", sl.frac(part)) for part in sl.parts)
+        out.update((p + key, float(get(self))) for key, _, get in _FIGURES)
+        if self.staleness:
+            out[f"{p}policy_staleness_mean"] = float(np.mean(self.staleness))
+            out[f"{p}policy_staleness_max"] = float(max(self.staleness))
+        if self.buffer_wait_ns:
+            out[f"{p}buffer_wait_time_mean"] = float(np.mean(self.buffer_wait_ns)) * _NS
+            out[f"{p}buffer_wait_time_max"] = max(self.buffer_wait_ns) * _NS
+        return out if self.trajectories else dict.fromkeys(out, math.nan)
+
+    def as_attributes(self) -> dict[str, Any]:
+        """The figures as batch-span attributes (``rollout.batch.*``, seconds)."""
+        P, sl = A.BATCH_PREFIX, self.slots
+        out: dict[str, Any] = {
+            P + "trajectories": self.trajectories,
+            P + "wall_time": self.wall_ns * _NS,
+            P + "capacity": sl.capacity,
+        }
+        out.update((f"{P}slot.{part}_frac", sl.frac(part)) for part in sl.parts)
+        out.update((P + attr, get(self)) for _, attr, get in _FIGURES)
+        if sl.overflow_total_ns:
+            out[P + "overflow_time"] = sl.overflow_total_ns * _NS
+        if self.engine_queue_ns is not None:
+            out[P + "engine_queue_time"] = self.engine_queue_ns * _NS
+        if sl.stragglers:
+            ids = [s.trace_id for s in sl.stragglers[-MAX_STRAGGLER_IDS:]]
+            out[P + "straggler_trace_ids"] = ids
+        return out
+
+
+#: The figures both forms hold: (tracker key, span attribute after ``rollout.batch.``, value).
+_FIGURES: tuple[tuple[str, str, Callable[[BatchAnalysis], float]], ...] = (
+    ("batch_drain_time", "drain_time", lambda a: a.slots.drain_ns * _NS),
+    ("batch_drain_frac", "drain_frac", lambda a: a.slots.drain_frac),
+    ("batch_stragglers", "stragglers", lambda a: len(a.slots.stragglers)),
+    ("batch_straggler_cost_time", "straggler_cost_time", lambda a: a.straggler_cost_ns * _NS),
+    ("batch_engine_idle_frac", "engine_idle_frac", lambda a: a.engine_idle_frac),
+    ("llm_concurrency_mean", "llm_concurrency.mean", lambda a: a.llm_concurrency_mean),
+    ("llm_concurrency_max", "llm_concurrency.max", lambda a: a.llm_concurrency_max),
+    ("low_llm_demand_frac", "low_llm_demand_frac", lambda a: a.low_llm_demand_frac),
+)
+
 
 _LLM = A.BANDS.index(A.PHASE_LLM)
+
+
+def _named(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def breakdown_list(value: Any, where: str) -> list[Breakdown]:
+    """``value`` (an iterable of :class:`Breakdown`) as a list; else a ``TypeError`` naming
+    ``where`` and what it accepts."""
+    if hasattr(value, "drain") and hasattr(value, "peek"):  # a BreakdownCollector
+        raise TypeError(f"{where}: expected breakdowns, got a collector; pass what it "
+                        f"holds: collector.drain()")  # fmt: skip
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{where}: expected an iterable of Breakdown (a list, "
+                        f"collector.drain()), got {_named(value)}")  # fmt: skip
+    out = list(value)
+    for item in out:
+        if not isinstance(item, Breakdown):
+            raise TypeError(f"{where}: expected Breakdown items, got {_named(item)}")
+    return out
 
 
 def analyze_batch(
@@ -42,158 +189,57 @@ def analyze_batch(
     *,
     start_ns: int | None = None,
     batch_id: str | None = None,
+    capacity: int | None = None,
 ) -> BatchAnalysis:
-    """The batch figures of ``breakdowns`` (one batch); pure and order-independent.
-
-    ``start_ns`` is the batch's start (the batch span's); the earliest trajectory start
-    is used when it is later or not given. ``batch_id`` defaults to the breakdowns' own
-    when they all agree.
-    """
-    bds = list(breakdowns)
+    """The batch figures of ``breakdowns`` (one batch). ``start_ns``: the batch's start (the
+    earliest trajectory start when earlier); ``batch_id``: the breakdowns' own when they
+    agree; ``capacity``: the declared concurrency, else the peak in flight."""
+    bds = breakdown_list(breakdowns, "analyze_batch(breakdowns)")
     n = len(bds)
     if batch_id is None:
         ids = {b.batch_id for b in bds}
         batch_id = ids.pop() if len(ids) == 1 else None
+    slots = slot_account(bds, capacity=capacity, start_ns=start_ns)
+    s0, last = slots.start_ns, slots.end_ns
     if n == 0:
-        s0 = int(start_ns or 0)
-        return BatchAnalysis(batch_id, 0, s0, s0, 0, (), 0, 0.0, 0, 0.0, (), 0)
-    # one pass over the breakdowns; everything after is array arithmetic
-    starts = np.empty(n, dtype=np.int64)
-    ends = np.empty(n, dtype=np.int64)
-    counts = np.empty(n, dtype=np.int64)
-    buf = array("q")
-    llm_total = 0
-    staleness: list[int] = []
-    waits: list[int] = []
-    for i, b in enumerate(bds):
-        starts[i] = b.start_time_ns
-        ends[i] = b.end_time_ns
-        iv = b.intervals
-        buf.extend(iv)
-        counts[i] = len(iv) // 3
-        llm_total += b.nanos.get(A.PHASE_LLM, 0)
-        if b.consumed_time_ns is not None:
-            waits.append(b.buffer_wait_ns)
-            if b.policy_version is not None and b.consumed_version is not None:
-                staleness.append(b.consumed_version - b.policy_version)
-    ends = np.maximum(ends, starts)
-    s0 = int(starts.min())
-    if start_ns is not None:
-        s0 = min(s0, int(start_ns))
-    last = int(ends.max())
+        return BatchAnalysis(batch_id, 0, s0, s0, 0, (), slots)
+    starts = np.fromiter((b.start_time_ns for b in bds), np.int64, n)
+    ends = np.maximum(np.fromiter((b.end_time_ns for b in bds), np.int64, n), starts)
+    llm_total = sum(b.nanos.get(A.PHASE_LLM, 0) for b in bds)
+    queues = [q for b in bds if (q := b.waits_nanos.get(A.LLM_QUEUE)) is not None]
+    consumed = [b for b in bds if b.buffer_wait_ns is not None]
+    staleness = [s for b in consumed if (s := b.staleness) is not None]
     wall = last - s0
-    finish = np.sort(ends - s0)
-    mid = n // 2
-    median = int(finish[mid]) if n % 2 else (int(finish[mid - 1]) + int(finish[mid])) // 2
-    p90 = float(np.percentile(finish, 90))
-    tail = int(finish[-1]) - median
-    cut = s0 + median
-
-    # stragglers: finish > p90, ordered by finish then ids (order-independent)
-    late = np.flatnonzero(ends - s0 > p90)
-    stragglers = tuple(
-        sorted((bds[i] for i in late), key=lambda b: (b.end_time_ns, b.trajectory_id, b.trace_id))
-    )
-
-    # every trajectory's phase intervals as one (band, start, end) table
-    table = np.frombuffer(buf, dtype=np.int64).reshape(-1, 3) if len(buf) else _EMPTY_TABLE
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-
-    band_ns, running = _tail_bands(table, owner, starts, ends, cut)
-    band_frac = {b: (band_ns[b] / running if running > 0 else 0.0) for b in A.ALL_BANDS}
-    dominant = max(A.ALL_BANDS, key=lambda b: band_ns[b]) if running > 0 else None
-
     in_flight = _step(
         np.concatenate((starts, ends)) - s0,
         np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64))),
         s0,
     )
-    gen_t, gen_d = _llm_edges(table, owner, s0)
-    in_generate = _step(gen_t, gen_d, s0)
+    in_generate = _step(*_llm_edges(*interval_table(bds), s0), s0)
     peak = in_generate.max()
     low = _below(in_generate, last, peak / 4) if peak > 0 else 0
-
+    idle = _below(in_generate, last, 1)
     return BatchAnalysis(
         batch_id=batch_id,
         trajectories=n,
         start_ns=s0,
         end_ns=last,
         wall_ns=wall,
-        finish_ns=tuple(finish.tolist()),
-        median_finish_ns=median,
-        p90_finish_ns=p90,
-        tail_ns=tail,
-        tail_frac=tail / wall if wall > 0 else 0.0,
-        stragglers=stragglers,
-        tail_running_ns=running,
-        tail_band_ns=band_ns,
-        tail_band_frac=band_frac,
-        dominant_tail_band=dominant,
+        finish_ns=tuple(np.sort(ends - s0).tolist()),
+        slots=slots,
         in_flight=in_flight,
         in_generate=in_generate,
+        llm_ns=llm_total,
         llm_concurrency_mean=llm_total / wall if wall > 0 else 0.0,
         llm_concurrency_max=int(peak),
         low_llm_demand_ns=low,
         low_llm_demand_frac=low / wall if wall > 0 else 0.0,
+        engine_idle_ns=idle,
+        engine_idle_frac=idle / wall if wall > 0 else 0.0,
+        engine_queue_ns=sum(queues) if queues else None,
         staleness=tuple(sorted(staleness)),
-        buffer_wait_ns=tuple(sorted(waits)),
+        buffer_wait_ns=tuple(sorted(b.buffer_wait_ns or 0 for b in consumed)),
     )
-
-
-_EMPTY_TABLE = np.zeros((0, 3), dtype=np.int64)
-
-
-def _order(owner: np.ndarray | None, t: np.ndarray, low: np.ndarray, bits: int) -> np.ndarray:
-    """Indices sorting by ``(owner, t, low)``; ``t >= 0``, ``0 <= low < 2**bits``.
-
-    One int64 key and one sort when it fits (it does unless a batch spans days of
-    millions of trajectories), else a three-key lexsort.
-    """
-    span = int(t.max()) + 1 if len(t) else 1
-    owners = int(owner.max()) + 1 if owner is not None and len(owner) else 1
-    if (owners * span) << bits < 1 << 62:
-        key = t << bits | low
-        if owner is not None:
-            key += (owner * span) << bits
-        return np.argsort(key)
-    return np.lexsort((low, t) if owner is None else (low, t, owner))
-
-
-def _tail_bands(
-    table: np.ndarray, owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, cut: int
-) -> tuple[dict[str, int], int]:
-    """Band nanoseconds of the still-running trajectories over ``[cut, their end]``."""
-    lo = np.maximum(starts, cut)
-    running = int(np.clip(ends - lo, 0, None).sum())
-    out = dict.fromkeys(A.ALL_BANDS, 0)
-    if running == 0:
-        return out, 0
-    e = table[:, 2]
-    keep = e > cut
-    s = np.maximum(table[keep, 1], lo[owner[keep]])
-    e, band, who = e[keep], table[keep, 0], owner[keep]
-    keep = e > s
-    s, e, band, who = s[keep], e[keep], band[keep], who[keep]
-    if len(s):
-        m = len(s)
-        t = np.concatenate((s, e)) - cut
-        d = np.concatenate((np.ones(m, np.int64), -np.ones(m, np.int64)))
-        bb = np.concatenate((band, band))
-        ww = np.concatenate((who, who))
-        order = _order(ww, t, bb, 2)
-        t, d, bb, ww = t[order], d[order], bb[order], ww[order]
-        # each trajectory's deltas sum to zero, so global running sums are per trajectory
-        code = np.full(len(t), len(A.BANDS), dtype=np.int64)
-        for idx in range(len(A.BANDS) - 1, -1, -1):
-            active = np.cumsum(np.where(bb == idx, d, 0)) > 0
-            code[active] = idx
-        seg = np.zeros(len(t), dtype=np.int64)
-        same = ww[1:] == ww[:-1]
-        seg[:-1] = np.where(same, t[1:] - t[:-1], 0)
-        for idx, name in enumerate(A.BANDS):
-            out[name] = int(seg[code == idx].sum())
-    out[A.BAND_OTHER] = running - sum(out[b] for b in A.BANDS)
-    return out, running
 
 
 def _llm_edges(table: np.ndarray, owner: np.ndarray, s0: int) -> tuple[np.ndarray, np.ndarray]:
@@ -206,16 +252,9 @@ def _llm_edges(table: np.ndarray, owner: np.ndarray, s0: int) -> tuple[np.ndarra
     m = len(s)
     t = np.concatenate((s, e))
     is_end = np.concatenate((np.zeros(m, np.int64), np.ones(m, np.int64)))
-    ww = np.concatenate((who, who))
     # by trajectory, then time, starts before ends at a tie (touching calls merge)
-    span = int(t.max()) + 1
-    if (int(who.max()) + 1) * span < 1 << 61:
-        key = np.sort((ww * span + t) << 1 | is_end)
-        d = 1 - 2 * (key & 1)
-        t = (key >> 1) % span
-    else:
-        order = _order(ww, t, is_end, 1)
-        t, d = t[order], 1 - 2 * is_end[order]
+    order = order_by(np.concatenate((who, who)), t, is_end, 2)
+    t, d = t[order], 1 - 2 * is_end[order]
     level = np.cumsum(d)
     edge = ((d == 1) & (level == 1)) | ((d == -1) & (level == 0))
     return t[edge], d[edge]
@@ -243,3 +282,103 @@ def _below(step: StepFunction, end_ns: int, threshold: float) -> int:
     t, v = step.times_ns, step.values
     dur = np.diff(np.append(t, max(end_ns, int(t[-1]))))
     return int(dur[v < threshold].sum())
+
+
+class BatchAccumulator:
+    """One batch in flight: its trajectories' breakdowns, each once, at most
+    ``max_trajectories`` (the rest counted in ``dropped``). Accumulators merge (Ray
+    workers'): ``a.merge(b).analysis()`` is ``analyze_batch`` of both's breakdowns.
+    ``capacity``: the declared concurrency (``None``: the peak in flight).
+    """
+
+    def __init__(
+        self,
+        batch_id: str | None = None,
+        *,
+        start_ns: int | None = None,
+        max_trajectories: int = 100_000,
+        capacity: int | None = None,
+    ) -> None:
+        if max_trajectories < 1:
+            raise ValueError(f"max_trajectories must be at least 1, got {max_trajectories!r}")
+        self.batch_id = batch_id
+        self.start_ns = start_ns
+        self.capacity = check_capacity(capacity)
+        self.max_trajectories = max_trajectories
+        self.dropped = 0
+        self._items: list[Breakdown] = []
+        #: (trace id, trajectory id, start) of each kept trajectory: one delivered in-process
+        #: and added again from a gather counts once
+        self._seen: set[tuple[str, str, int]] = set()
+        #: Breakdowns ignored because the batch already held them.
+        self.duplicates = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, breakdown: Breakdown) -> None:
+        key = (breakdown.trace_id, breakdown.trajectory_id, breakdown.start_time_ns)
+        with self._lock:
+            if key in self._seen:
+                self.duplicates += 1
+                return
+            if len(self._items) >= self.max_trajectories:
+                self.dropped += 1
+                warn_once(
+                    "batch:max_trajectories",
+                    "otel-rollout: a batch holds more than %d trajectories; the rest are left "
+                    "out of its analysis (raise max_trajectories)",
+                    self.max_trajectories,
+                )
+                return
+            self._items.append(breakdown)
+            self._seen.add(key)
+
+    def extend(self, breakdowns: Iterable[Breakdown]) -> None:
+        for b in breakdowns:
+            self.add(b)
+
+    def merge(self, other: BatchAccumulator) -> BatchAccumulator:
+        """A new accumulator holding both batches' trajectories (the earlier start); two
+        parts of one batch keep the larger declared capacity, two batches add theirs."""
+        starts = [s for s in (self.start_ns, other.start_ns) if s is not None]
+        same = self.batch_id == other.batch_id
+        caps = [c for c in (self.capacity, other.capacity) if c is not None]
+        out = BatchAccumulator(
+            self.batch_id if same else None,
+            start_ns=min(starts) if starts else None,
+            max_trajectories=self.max_trajectories + other.max_trajectories,
+            capacity=(max(caps) if same else sum(caps)) if caps else None,
+        )
+        out.extend(self.breakdowns)
+        out.extend(other.breakdowns)
+        out.dropped += self.dropped + other.dropped
+        return out
+
+    @property
+    def breakdowns(self) -> list[Breakdown]:
+        with self._lock:
+            return list(self._items)
+
+    def analysis(self) -> BatchAnalysis:
+        return analyze_batch(
+            self.breakdowns, start_ns=self.start_ns, batch_id=self.batch_id, capacity=self.capacity
+        )
+
+
+def group_by_batch(breakdowns: Iterable[Breakdown]) -> dict[str, list[Breakdown]]:
+    """Breakdowns that carry a batch id, grouped by it (in order of first appearance)."""
+    out: dict[str, list[Breakdown]] = {}
+    for b in breakdowns:
+        if b.batch_id is not None:
+            out.setdefault(b.batch_id, []).append(b)
+    return out
+
+
+def mark_consumed(
+    breakdowns: Sequence[Breakdown], version: int | None, time_ns: int
+) -> list[Breakdown]:
+    """The breakdowns a training step on policy ``version`` consumed at ``time_ns``, marked
+    so the analysis reports their staleness and buffer wait (async trainers)."""
+    return [b.consumed(version, time_ns) for b in breakdowns]

@@ -1,14 +1,13 @@
-"""The breakdown of one trajectory as a value: :class:`Breakdown` (bands in seconds and
-integer nanoseconds, labels, phase intervals for the batch analysis) and
-:class:`PhaseInterval`. :mod:`otel_rollout._accounting.compute` computes it; a breakdown pickles
-(Ray, multiprocessing) through :func:`_rebuild`, which older pickles name, so it stays here.
+"""The breakdown of one trajectory as a value (:class:`Breakdown`: its bands keyed by the
+band registry's names, integer nanoseconds with seconds derived) and :class:`PhaseInterval`.
+:mod:`otel_rollout._accounting.compute` computes it.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from operator import attrgetter, call
@@ -16,9 +15,12 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from otel_rollout import attributes as A
+from otel_rollout._bands import DEFAULT_BANDS, BandRegistry
 
 #: Phase intervals a breakdown keeps for the batch analysis; beyond this, the latest.
 MAX_INTERVALS = 4096
+#: Seconds are ``ns / 1e9`` (see ``compute._PER_S``): they print as their nanoseconds.
+_PER_S = 1e9
 
 
 class PhaseInterval(NamedTuple):
@@ -31,22 +33,15 @@ class PhaseInterval(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
-    """Where one trajectory's time went. Bands (seconds) are disjoint and sum to ``e2e``."""
+    """Where one trajectory's time went. Its bands are those of :attr:`bands` (a band
+    registry): disjoint, they sum to ``e2e``. Each band's figure is in :attr:`nanos`
+    (integer nanoseconds) and, in seconds, :meth:`band` and :attr:`seconds`."""
 
     trajectory_id: str
     trace_id: str
+    #: The trajectory's accounted time in seconds (the root's interval less
+    #: ``finish_session``); the bands sum to it.
     e2e: float
-    llm: float
-    env: float
-    env_setup: float
-    env_teardown: float
-    other: float
-    #: Plain sums of the phase spans of each band (what a hand-rolled timer reports);
-    #: ``sum - band`` is the concurrency within the trajectory.
-    llm_sum: float
-    env_sum: float
-    env_setup_sum: float
-    env_teardown_sum: float
     turns: int
     env_steps: int
     status: str = A.STATUS_OK
@@ -54,9 +49,12 @@ class Breakdown:
     model: str | None = None
     start_time_ns: int = 0
     end_time_ns: int = 0
-    #: The bands in integer nanoseconds, keys of :data:`ALL_BANDS` plus ``"e2e"``,
+    #: Integer nanoseconds: every band of :attr:`bands` by name, plus ``"e2e"``,
     #: ``"env_queue"`` and ``"finish_session"``.
     nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
+    #: Plain sums of the phase spans of each phased band (what a hand-rolled timer
+    #: reports), integer nanoseconds; ``sum - band`` is the concurrency within it.
+    sum_nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
     #: Low-cardinality attributes of the root (env class, model, status, ...).
     attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
     #: The batch (training step) the trajectory belongs to, when it ran in one.
@@ -66,38 +64,36 @@ class Breakdown:
     #: The policy version and time at which a trainer consumed it (:meth:`consumed`).
     consumed_version: int | None = None
     consumed_time_ns: int | None = None
-    #: Flat ``(band index in BANDS, start ns, end ns)`` triples: the outermost phase spans
-    #: accounted to each band, clipped to the root, before the overlap priority; at most
-    #: :data:`MAX_INTERVALS` (the latest ending). The batch analysis reads them.
+    #: Flat ``(band index, start ns, end ns)`` triples (the index into the phased bands
+    #: of :attr:`bands`): the outermost phase spans accounted to each band, clipped to the
+    #: root, before the overlap priority; at most :data:`MAX_INTERVALS` (the latest
+    #: ending). The batch analysis reads them.
     intervals: array = field(default_factory=lambda: array("q"), hash=False, repr=False)
-    # Fields added later go last: a breakdown pickled by an older version still loads.
     #: Waiting for an executor thread before env calls (union; a sub-part of the bands).
     env_queue: float = 0.0
     env_queue_sum: float = 0.0
     #: Time in ``finish_session`` phases, outside ``e2e`` (the root's interval is both).
     finish_session: float = 0.0
-    #: The trajectory's reward (``rollout.trajectory.reward``), when it was set.
-    reward: float | None = None
-    #: Sub-parts of ``llm`` from the engine's own timings (``None`` when it reported
-    #: none): queue, prefill, decode, and the client remainder. Never bands.
+    #: The trajectory's score (``rollout.trajectory.reward``), when it was set.
+    score: float | None = None
+    #: The waits of docs/waits.md in seconds (``None`` when not measured), never bands:
+    #: ``llm``'s sub-parts from the engine's timings, then the event loop's figures.
     llm_queue: float | None = None
     llm_prefill: float | None = None
     llm_decode: float | None = None
     llm_client: float | None = None
-    #: Event-loop time (``None`` when not measured): this trajectory's own callbacks, and
-    #: an upper bound on how long others' slow callbacks delayed it. Overlap the bands.
     loop_own: float | None = None
     loop_blocked: float | None = None
-    #: Its own time in slow callbacks: the stalls it caused others.
     loop_stall: float | None = None
-    #: Those waits that are known, in integer nanoseconds (keys ``llm_queue``...,
-    #: ``loop_own``, ``loop_blocked``); apart from ``nanos``, which holds the bands.
+    #: The waits known, in integer nanoseconds, by field name.
     waits_nanos: Mapping[str, int] = field(default_factory=dict, hash=False, compare=True)
+    #: The band registry the breakdown was computed with (its bands, in order).
+    bands: BandRegistry = DEFAULT_BANDS
 
     def __reduce__(self) -> tuple[Any, tuple]:
-        # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing).
+        # The read-only mapping views do not pickle: ship plain dicts (Ray, multiprocessing)
         values = [getattr(self, f) for f in self.__slots__]
-        return _rebuild, ([dict(v) if isinstance(v, Mapping) else v for v in values],)
+        return _unpickle, ([dict(v) if isinstance(v, Mapping) else v for v in values],)
 
     @property
     def staleness(self) -> int | None:
@@ -113,6 +109,12 @@ class Breakdown:
             return None
         return max(0, self.consumed_time_ns - self.end_time_ns)
 
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Every band's seconds by name, in the registry's order (the remainder last)."""
+        nanos = self.nanos
+        return {name: nanos[name] / _PER_S for name in self.bands.names}
+
     def consumed(self, version: int | None, time_ns: int) -> Breakdown:
         """This breakdown, marked consumed by a training step on policy ``version``."""
         return replace(
@@ -123,63 +125,96 @@ class Breakdown:
 
     def phase_intervals(self) -> list[PhaseInterval]:
         """:attr:`intervals` as ``(band, start ns, end ns)``."""
-        iv = self.intervals
-        return [PhaseInterval(A.BANDS[iv[i]], iv[i + 1], iv[i + 2]) for i in range(0, len(iv), 3)]
+        iv, names = self.intervals, self.bands.phased
+        return [PhaseInterval(names[iv[i]], iv[i + 1], iv[i + 2]) for i in range(0, len(iv), 3)]
 
     def band(self, name: str) -> float:
-        """The seconds of band ``name`` (one of ``llm, env, env_setup, env_teardown, other``)."""
-        if name not in _ALL_BANDS_SET:
-            raise ValueError(f"unknown band {name!r}; expected one of {', '.join(A.ALL_BANDS)}")
-        return getattr(self, name)
+        """The seconds of band ``name`` (a name of :attr:`bands`)."""
+        if name not in self.bands:
+            self.bands.check(name)
+        return self.nanos[name] / _PER_S
+
+    def band_sum(self, name: str) -> float:
+        """The plain sum, in seconds, of the phase spans of band ``name`` (a phased band)."""
+        if name not in self.sum_nanos:
+            self.bands.check(name)
+            raise ValueError(f"band {name!r} is the remainder: it has no phase spans to sum")
+        return self.sum_nanos[name] / _PER_S
 
     def as_attributes(self) -> dict[str, Any]:
         """The breakdown as root-span attributes (``rollout.breakdown.*``)."""
-        out = dict(zip(_ATTRIBUTE_KEYS, _attribute_values(self), strict=True))
+        nanos, sums = self.nanos, self.sum_nanos
+        keys = _DEFAULT_KEYS if self.bands is DEFAULT_BANDS else _band_keys(self.bands)
+        out = {A.BREAKDOWN_E2E: self.e2e}
+        for name, key in keys[0]:
+            out[key] = nanos[name] / _PER_S
+        for name, key in keys[1]:
+            out[key] = sums[name] / _PER_S
+        out.update(zip(_TAIL_KEYS, _tail_values(self), strict=True))
         waits = _wait_values(self)
         if waits != _NO_WAITS:
             out.update((k, v) for k, v in zip(_WAIT_KEYS, waits, strict=True) if v is not None)
         return out
 
 
-_ALL_BANDS_SET = frozenset(A.ALL_BANDS)
 #: Each field's slot setter, in field order (what the frozen ``__init__`` sets one
 #: ``object.__setattr__`` at a time: a third of the cost of a breakdown).
 _SETTERS = tuple(getattr(Breakdown, name).__set__ for name in Breakdown.__slots__)
+_MAPPINGS = ("nanos", "sum_nanos", "attributes", "waits_nanos")
 
 
 def new_breakdown(*values: Any) -> Breakdown:
-    """``Breakdown(*values)`` with every field given, in field order: the same value,
-    made faster (the report and the processor make one per trajectory)."""
-    if len(values) != len(_SETTERS):
-        raise TypeError(f"new_breakdown takes {len(_SETTERS)} values, got {len(values)}")
+    """``Breakdown(*values)``, every field given in order, made faster (one per trajectory)."""
     bd = object.__new__(Breakdown)
     deque(map(call, _SETTERS, repeat(bd), values), maxlen=0)
     return bd
 
 
-def _rebuild(values: list[Any]) -> Breakdown:
-    fields = dict(zip(Breakdown.__slots__, values, strict=False))  # older: fewer fields
-    fields["nanos"] = MappingProxyType(dict(fields["nanos"]))
-    fields["attributes"] = MappingProxyType(dict(fields["attributes"]))
-    if "waits_nanos" in fields:
-        fields["waits_nanos"] = MappingProxyType(dict(fields["waits_nanos"]))
+def _unpickle(values: list[Any]) -> Breakdown:
+    fields = dict(zip(Breakdown.__slots__, values, strict=True))
+    for name in _MAPPINGS:
+        fields[name] = MappingProxyType(dict(fields[name]))
     return Breakdown(**fields)
 
 
-#: The root attributes of :meth:`Breakdown.as_attributes` and the fields they hold, in
-#: order; read all at once (an attrgetter runs in C: this runs for every trajectory).
-_ATTRIBUTE_FIELDS = (
-    (A.BREAKDOWN_E2E, "e2e"),
-    *((A.BREAKDOWN_PREFIX + band, band) for band in A.ALL_BANDS),
-    *((A.BREAKDOWN_PREFIX + band + "_sum", band + "_sum") for band in A.BANDS),
+def bands_of(breakdowns: Sequence[Breakdown]) -> BandRegistry:
+    """The band registry the breakdowns share (the default for none); a ValueError when
+    they do not (their figures and interval codes would mean different bands)."""
+    if not breakdowns:
+        return DEFAULT_BANDS
+    first = breakdowns[0].bands
+    for b in breakdowns:
+        if b.bands is not first and b.bands != first:
+            raise ValueError(
+                f"breakdowns of different bands ({', '.join(first.names)} and "
+                f"{', '.join(b.bands.names)}): those accounted together must share one band "
+                f"registry"
+            )
+    return first
+
+
+def _band_keys(bands: BandRegistry) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """(name, root attribute) of each band, then of each phased band's plain sum."""
+    prefix = A.BREAKDOWN_PREFIX
+    return (
+        tuple((name, prefix + name) for name in bands.names),
+        tuple((name, prefix + name + "_sum") for name in bands.phased),
+    )
+
+
+_DEFAULT_KEYS = _band_keys(DEFAULT_BANDS)
+#: The root attributes of :meth:`Breakdown.as_attributes` after the bands, and the fields
+#: they hold, in order; read all at once (an attrgetter runs in C: this runs for every
+#: trajectory).
+_TAIL_FIELDS = (
     (A.BREAKDOWN_ENV_QUEUE, "env_queue"),
     (A.BREAKDOWN_ENV_QUEUE + "_sum", "env_queue_sum"),
     (A.BREAKDOWN_FINISH_SESSION, "finish_session"),
     (A.TURNS, "turns"),
     (A.ENV_STEPS, "env_steps"),
 )
-_ATTRIBUTE_KEYS = tuple(key for key, _ in _ATTRIBUTE_FIELDS)
-_attribute_values = attrgetter(*(name for _, name in _ATTRIBUTE_FIELDS))
+_TAIL_KEYS = tuple(key for key, _ in _TAIL_FIELDS)
+_tail_values = attrgetter(*(name for _, name in _TAIL_FIELDS))
 #: The known waits, as ``rollout.breakdown.<name>`` root attributes (seconds) when set.
 _WAIT_NAMES = (*A.LLM_SUBPARTS, *A.LOOP_PARTS)
 _WAIT_KEYS = tuple(A.BREAKDOWN_PREFIX + name for name in _WAIT_NAMES)

@@ -1,27 +1,5 @@
-"""The accounting of one trajectory: the one pure function the processor and the report
-share, :func:`compute_breakdown`, and :func:`root_breakdown` (with a root's labels).
-
-Rules (docs/design.md, "Accounting"):
-
-* ``e2e`` is the root span's interval ``[s, e]``.
-* Each band is the union of its phase spans' intervals clipped to ``[s, e]``, so
-  overlapping calls of one band are not counted twice.
-* Outermost phase wins: a phase span nested in another phase span is accounted to the
-  outer one (resolved by :func:`~otel_rollout._accounting.span_tree.outermost_phases` for span
-  trees, or on span start by the processor).
-* Where bands overlap in time, the time goes to the band listed first in
-  :data:`~otel_rollout.attributes.BANDS` (``llm``, ``env``, ``env_setup``,
-  ``env_teardown``), so bands are disjoint.
-* ``other = e2e - sum(bands)``: never negative, and the five bands sum to ``e2e`` exactly
-  in integer nanoseconds.
-* ``finish_session`` phases (releasing the engine's session once the result is final) are
-  outside the accounted time: ``e2e`` is the root's interval less their union, as SkyRL's
-  ``e2e_time`` leaves that call out; ``bands`` can map them to a band instead.
-* ``env_queue`` phases (waiting for an executor thread) count in the band of the env call
-  they wait for, the phase that starts where the wait ends (``env`` for a step,
-  ``env_setup`` for an init), else in ``env``; ``bands`` can move them. Their own union and
-  sum are the ``env_queue`` sub-part, which never changes the bands.
-"""
+"""The accounting of one trajectory (the rules: docs/accounting.md): the one pure function
+the processor, the console exporter and the report share."""
 
 from __future__ import annotations
 
@@ -41,13 +19,18 @@ from otel_rollout._accounting.breakdown import (
     new_breakdown,
 )
 from otel_rollout._accounting.waits import loop_ns
+from otel_rollout._bands import DEFAULT_BANDS, BandRegistry
 from otel_rollout._base.semconv import bounded_status
 
-_NS = 1e-9
-_BAND_INDEX = MappingProxyType({band: i for i, band in enumerate(A.BANDS)})
+#: Seconds are ``ns / 1e9``: the double nearest the exact value, which prints as its
+#: nanoseconds do (``ns * 1e-9`` prints 180714361 ns as 0.18071436100000002).
+_PER_S = 1e9
 #: Not a band: the time of these phases is left out of the trajectory's accounted time.
 _OUTSIDE = "_outside"
 _ENV_CALLS = frozenset((A.PHASE_ENV, A.PHASE_ENV_SETUP, A.PHASE_ENV_TEARDOWN))
+#: A breakdown's labels, in field order: trajectory id, trace id, status, env class, model,
+#: attributes, batch id, policy version, score.
+_Labels = tuple[str, str, str, Any, Any, Mapping[str, Any] | None, Any, Any, Any]
 
 
 def _band_of(phase: str, bands: Mapping[str, str] | None) -> str:
@@ -58,30 +41,29 @@ def _band_of(phase: str, bands: Mapping[str, str] | None) -> str:
     return _OUTSIDE if phase == A.PHASE_FINISH_SESSION else phase
 
 
-def _union_length(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of half-open intervals (sorted in place)."""
-    intervals.sort()
-    total = 0
-    cur_s, cur_e = None, None
-    for s, e in intervals:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
+def union(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """Disjoint sorted intervals covering those given, clipped to ``[lo, hi]``."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    return sum(e - s for s, e in union(intervals, lo, hi))
 
 
 def _disjoint(outside: list[tuple[int, int]], kept: array) -> bool:
-    """Whether no two intervals overlap (touching is not overlapping): outside ones and
-    the flat (band, start, end) triples of ``kept``. Sorted by start, it is enough that
-    each ends before the next starts; the comparison runs in C."""
+    """Whether no two intervals overlap (touching is not overlapping): outside ones and the
+    flat (band, start, end) triples of ``kept``; the comparison runs in C."""
     every = list(zip(kept[1::3], kept[2::3], strict=True))
-    if outside:
-        every.extend(outside)
+    every.extend(outside)
     if len(every) < 2:
         return True
     every.sort()
@@ -99,12 +81,9 @@ def _follows(phases: list[Any]) -> dict[int, str]:
 
 
 def root_labels(attrs: Mapping[str, Any], error: bool) -> tuple[str, Any, Any, dict[str, Any]]:
-    """Status, env class, model and the low-cardinality labels of a trajectory root.
-
-    ``error`` is whether the root span's status code is ERROR; an explicit
-    ``rollout.trajectory.status`` attribute wins. Shared by the processor and the report
-    so that online and offline breakdowns carry the same labels.
-    """
+    """Status, env class, model and the low-cardinality labels of a trajectory root (the
+    processor's and the report's alike). ``error``: the root's status code is ERROR; an
+    explicit ``rollout.trajectory.status`` wins."""
     status = attrs.get(A.STATUS)
     if not isinstance(status, str) or not status:
         status = A.STATUS_ERROR if error else A.STATUS_OK
@@ -118,6 +97,13 @@ def root_labels(attrs: Mapping[str, Any], error: bool) -> tuple[str, Any, Any, d
     if model is not None:
         labels[A.GEN_AI_REQUEST_MODEL] = model
     return status, env_class, model, labels
+
+
+def _root_labels(attrs: Mapping[str, Any], error: bool, trace_id: str) -> _Labels:
+    status, env_class, model, labels = root_labels(attrs, error)
+    trajectory_id = str(attrs.get(A.TRAJECTORY_ID, ""))
+    return (trajectory_id, trace_id, status, env_class, model, labels, attrs.get(A.BATCH_ID),
+            attrs.get(A.POLICY_VERSION), attrs.get(A.REWARD))  # fmt: skip
 
 
 def compute_breakdown(
@@ -134,29 +120,39 @@ def compute_breakdown(
     attributes: Mapping[str, Any] | None = None,
     batch_id: str | None = None,
     policy_version: int | None = None,
-    reward: float | None = None,
+    score: float | None = None,
+    registry: BandRegistry = DEFAULT_BANDS,
 ) -> Breakdown:
-    """Compute the breakdown of a trajectory from its root interval and outermost phases.
+    """The breakdown of a trajectory from its root interval and outermost phases; ``bands``
+    maps other phases to a band (``{"judge": "env"}``)."""
+    labels = (trajectory_id, trace_id, status, env_class, model, attributes, batch_id,
+              policy_version, score)  # fmt: skip
+    return _compute(start_ns, end_ns, phases, bands, registry, labels)
 
-    ``phases`` are the outermost phase spans (see
-    :func:`~otel_rollout._accounting.span_tree.outermost_phases`). A phase that
-    is not a band name falls into ``other`` unless ``bands`` maps it to one (for example
-    ``{"reward": "env"}``). ``turns`` counts ``llm`` phases, ``env_steps`` ``env`` phases.
-    ``env_queue`` and ``finish_session`` phases are accounted as the module docstring says.
-    """
+
+def _compute(
+    start_ns: int,
+    end_ns: int,
+    phases: Iterable[PhaseInterval | tuple[str, int, int]],
+    bands: Mapping[str, str] | None,
+    registry: BandRegistry,
+    labels: _Labels,
+) -> Breakdown:
     if end_ns < start_ns:
         end_ns = start_ns
     phases = list(phases)
     follows: dict[int, str] | None = None  # built at the first wait (most have none)
-    sums = [0, 0, 0, 0]
-    lengths = [0, 0, 0, 0]  # clipped lengths: the bands when no two intervals overlap
+    phased = registry.phased
+    sums = [0] * len(phased)
+    lengths = [0] * len(phased)  # clipped lengths: the bands when no two intervals overlap
     kept = array("q")  # (band index, start, end) of each clipped interval
     outside: list[tuple[int, int]] = []
     queued: list[tuple[int, int]] = []
     queue_sum = 0
     turns = env_steps = 0
     llm, env, queue, finish = A.PHASE_LLM, A.PHASE_ENV, A.PHASE_ENV_QUEUE, A.PHASE_FINISH_SESSION
-    band_index = _BAND_INDEX
+    band_index = registry.index
+    band: str | None
     for phase, s, e in phases:
         if e < s:
             e = s
@@ -190,32 +186,24 @@ def compute_breakdown(
         if ce > cs:
             lengths[idx] += ce - cs
             kept.extend((idx, cs, ce))
-    nanos: dict[str, int] = {}
     if _disjoint(outside, kept):  # a sequential agent loop: nothing to take apart
-        outside_len = sum(ce - cs for cs, ce in outside) if outside else 0
-        for idx, band in enumerate(A.BANDS):
-            nanos[band] = lengths[idx]
-    else:
-        clipped: list[list[tuple[int, int]]] = [[], [], [], []]
+        outside_len = sum(ce - cs for cs, ce in outside)
+        bands_ns = lengths
+    else:  # each band in priority order takes what the bands before it left uncovered
+        clipped: list[list[tuple[int, int]]] = [[] for _ in phased]
         for k in range(0, len(kept), 3):
             clipped[kept[k]].append((kept[k + 1], kept[k + 2]))
         covered: list[tuple[int, int]] = list(outside)
-        outside_len = covered_len = _union_length(covered)
-        for idx, band in enumerate(A.BANDS):
-            if clipped[idx]:
-                covered.extend(clipped[idx])
-                new_len = _union_length(covered)
-                nanos[band] = new_len - covered_len
+        outside_len = covered_len = _length(covered, start_ns, end_ns)
+        bands_ns = [0] * len(phased)
+        for idx, intervals in enumerate(clipped):
+            if intervals:
+                covered.extend(intervals)
+                new_len = _length(covered, start_ns, end_ns)
+                bands_ns[idx] = new_len - covered_len
                 covered_len = new_len
-            else:
-                nanos[band] = 0
-    return _assemble(
-        start_ns, end_ns, [nanos[band] for band in A.BANDS], sums, kept, turns, env_steps,
-        nanos, outside_len, queued, queue_sum,
-        trajectory_id=trajectory_id, trace_id=trace_id, status=status, env_class=env_class,
-        model=model, attributes=attributes, batch_id=batch_id, policy_version=policy_version,
-        reward=reward,
-    )  # fmt: skip
+    counts = (turns, env_steps, outside_len, _length(queued, start_ns, end_ns), queue_sum)
+    return _assemble(start_ns, end_ns, bands_ns, sums, kept, counts, registry, labels)
 
 
 def _assemble(
@@ -224,48 +212,36 @@ def _assemble(
     bands_ns: list[int],
     sums: list[int],
     kept: array,
-    turns: int,
-    env_steps: int,
-    nanos: dict[str, int],
-    outside_len: int,
-    queued: list[tuple[int, int]],
-    queue_sum: int,
-    *,
-    trajectory_id: str,
-    trace_id: str,
-    status: str,
-    env_class: str | None,
-    model: str | None,
-    attributes: Mapping[str, Any] | None,
-    batch_id: str | None,
-    policy_version: int | None,
-    reward: float | None,
+    counts: tuple[int, int, int, int, int],
+    registry: BandRegistry,
+    labels: _Labels,
 ) -> Breakdown:
-    """The breakdown from the bands' nanoseconds (``bands_ns``, in :data:`A.BANDS` order)
-    and the rest of what :func:`compute_breakdown` gathered."""
+    """The breakdown from the phased bands' ns (in ``registry.phased`` order), their sums,
+    the kept intervals and ``counts``: turns, env steps, outside, env_queue union and sum."""
+    turns, env_steps, outside_len, queue, queue_sum = counts
+    trajectory_id, trace_id, status, env_class, model, attributes, batch_id, version, score = labels
     if len(kept) > 3 * MAX_INTERVALS:
         kept = _latest(kept)
-    root = end_ns - start_ns
-    for band, ns in zip(A.BANDS, bands_ns, strict=True):
-        nanos[band] = ns
-    nanos[A.BAND_OTHER] = root - outside_len - sum(bands_ns)
-    e2e = nanos["e2e"] = root - outside_len
-    queue = nanos[A.PHASE_ENV_QUEUE] = _union_length(queued) if queued else 0
+    phased = registry.phased
+    nanos = dict(zip(phased, bands_ns, strict=True))
+    e2e = end_ns - start_ns - outside_len
+    nanos[registry.remainder] = e2e - sum(bands_ns)
+    nanos["e2e"] = e2e
+    nanos[A.PHASE_ENV_QUEUE] = queue
     nanos[A.PHASE_FINISH_SESSION] = outside_len
-    ns = _NS
+    per_s = _PER_S
     return new_breakdown(  # every field, in order
-        trajectory_id, trace_id,
-        e2e * ns, bands_ns[0] * ns, bands_ns[1] * ns, bands_ns[2] * ns, bands_ns[3] * ns,
-        nanos[A.BAND_OTHER] * ns,
-        sums[0] * ns, sums[1] * ns, sums[2] * ns, sums[3] * ns,
-        turns, env_steps, status, env_class, model, start_ns, end_ns,
-        MappingProxyType(nanos), MappingProxyType(dict(attributes or {})),
-        None if batch_id is None else str(batch_id), _int_or_none(policy_version),
+        trajectory_id, trace_id, e2e / per_s, turns, env_steps, status, env_class, model,
+        start_ns, end_ns,
+        MappingProxyType(nanos), MappingProxyType(dict(zip(phased, sums, strict=True))),
+        MappingProxyType(dict(attributes or {})),
+        None if batch_id is None else str(batch_id), _int_or_none(version),
         None, None,  # consumed_version, consumed_time_ns
-        kept, queue * ns, queue_sum * ns, outside_len * ns, _finite_or_none(reward),
+        kept, queue / per_s, queue_sum / per_s, outside_len / per_s, _finite_or_none(score),
         None, None, None, None,  # llm_queue, llm_prefill, llm_decode, llm_client
         None, None, None,  # loop_own, loop_blocked, loop_stall
         {},  # waits_nanos
+        registry,
     )  # fmt: skip
 
 
@@ -279,29 +255,13 @@ def root_breakdown(
     trace_id: str = "",
     bands: Mapping[str, str] | None = None,
     engine: Sequence[int] | None = None,
+    registry: BandRegistry = DEFAULT_BANDS,
 ) -> Breakdown:
-    """The breakdown of a trajectory root with its labels: what the processor, the console
-    exporter and the report all compute when a root ends.
-
-    ``attributes`` are the root span's; ``error`` is whether its status code is ERROR;
-    ``engine`` the engine's (queue, prefill, decode) ns summed over the generate calls.
-    """
-    status, env_class, model, labels = root_labels(attributes, error)
-    bd = compute_breakdown(
-        start_ns,
-        end_ns,
-        phases,
-        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")),
-        trace_id=trace_id,
-        status=status,
-        env_class=env_class,
-        model=model,
-        bands=bands,
-        attributes=labels,
-        batch_id=attributes.get(A.BATCH_ID),
-        policy_version=attributes.get(A.POLICY_VERSION),
-        reward=attributes.get(A.REWARD),
-    )
+    """The breakdown of a trajectory root with its labels, as the processor, the console
+    exporter and the report compute it: ``attributes`` are the root's, ``error`` whether
+    its status code is ERROR, ``engine`` the (queue, prefill, decode) ns of its calls."""
+    labels = _root_labels(attributes, error, trace_id)
+    bd = _compute(start_ns, end_ns, phases, bands, registry, labels)
     return with_waits(bd, engine, loop_ns(attributes))
 
 
@@ -316,23 +276,19 @@ def sequential_breakdown(
     trace_id: str = "",
     engine: Sequence[int] | None = None,
 ) -> Breakdown:
-    """:func:`root_breakdown` of a sequential agent loop, no band mapping, from what the
-    processor summed as its phases ended: ``flat`` (band index in
-    :data:`~otel_rollout.attributes.BANDS`, start, end) triples of band phases, none empty,
-    each starting at or after the previous one's end, all inside ``[start_ns, end_ns]``;
-    ``band_ns`` their lengths summed per band. Nothing overlaps and nothing is clipped, so
-    each band is its sum: the rules of :func:`compute_breakdown` give the same figures."""
-    status, env_class, model, labels = root_labels(attributes, error)
+    """:func:`root_breakdown` of a sequential loop in the default bands (``flat``: the
+    (band index, start, end) triples :func:`~.span_tree.sequential_children` checked,
+    ``band_ns`` their lengths per band): nothing overlaps, so each band is its sum."""
     codes = flat[::3]
     bands = list(band_ns)
-    bd = _assemble(
-        start_ns, end_ns, bands, bands, flat, codes.count(0), codes.count(1), {}, 0, [], 0,
-        trajectory_id=str(attributes.get(A.TRAJECTORY_ID, "")), trace_id=trace_id,
-        status=status, env_class=env_class, model=model, attributes=labels,
-        batch_id=attributes.get(A.BATCH_ID), policy_version=attributes.get(A.POLICY_VERSION),
-        reward=attributes.get(A.REWARD),
-    )  # fmt: skip
+    counts = (codes.count(_LLM), codes.count(_ENV), 0, 0, 0)
+    labels = _root_labels(attributes, error, trace_id)
+    bd = _assemble(start_ns, end_ns, bands, bands, flat, counts, DEFAULT_BANDS, labels)
     return with_waits(bd, engine, loop_ns(attributes))
+
+
+_LLM = DEFAULT_BANDS.index[A.PHASE_LLM]
+_ENV = DEFAULT_BANDS.index[A.PHASE_ENV]
 
 
 def _finite_or_none(value: Any) -> float | None:
@@ -349,6 +305,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _latest(flat: array) -> array:
+    """The :data:`MAX_INTERVALS` latest ending triples of ``flat``, by start."""
     triples = sorted(
         ((flat[i + 2], flat[i + 1], flat[i]) for i in range(0, len(flat), 3)), reverse=True
     )[:MAX_INTERVALS]
@@ -362,20 +319,15 @@ def with_waits(
     bd: Breakdown, engine: Sequence[int] | None, loop: tuple[int, int, int] | None
 ) -> Breakdown:
     """``bd`` with the engine split (``engine``: queue, prefill, decode ns) and the loop
-    figures (``loop``: own, blocked, stall ns) filled in; ``bd`` itself when both are
-    None."""
+    figures (``loop``: own, blocked, stall ns); ``bd`` itself when both are None."""
     if engine is None and loop is None:
         return bd
     nanos = dict(bd.waits_nanos)
-    values: dict[str, Any] = {}
     if engine is not None:
         q, p, d = engine[0], engine[1], engine[2]
         client = max(0, bd.nanos.get(A.PHASE_LLM, 0) - q - p - d)
-        for name, v in zip(A.LLM_SUBPARTS, (q, p, d, client), strict=True):
-            nanos[name] = v
-            values[name] = v * _NS
+        nanos.update(zip(A.LLM_SUBPARTS, (q, p, d, client), strict=True))
     if loop is not None:
-        for name, v in zip(A.LOOP_PARTS, loop, strict=True):
-            nanos[name] = v
-            values[name] = v * _NS
-    return dataclasses.replace(bd, waits_nanos=MappingProxyType(nanos), **values)
+        nanos.update(zip(A.LOOP_PARTS, loop, strict=True))
+    seconds: dict[str, Any] = {name: v / _PER_S for name, v in nanos.items()}
+    return dataclasses.replace(bd, waits_nanos=MappingProxyType(nanos), **seconds)

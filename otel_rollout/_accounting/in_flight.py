@@ -1,19 +1,14 @@
-"""What is running now: the trajectories whose root has started and not ended, as values.
-
-A running trajectory is invisible in a trace file or an OTLP stream until it ends (spans
-are exported when they end). :class:`InFlight` is a snapshot of them taken inside the
-process (by :mod:`otel_rollout._processing.in_flight`), written periodically as a small
-record (:mod:`otel_rollout._export.in_flight`) and read back by ``otel-rollout top``.
-It is bounded: every trajectory is counted per env class, the oldest few are listed.
-"""
+"""What is running now (spans are exported only when they end): :class:`InFlight`, a
+bounded snapshot the processor takes, written as a record (:mod:`otel_rollout._export.
+in_flight`) that ``otel-rollout top`` reads back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-#: The span name of the record (readers of a trace file skip it; no SDK import needed).
-SPAN_NAME = "rollout.in_flight"
+#: The event name of the record, an OTel log record (no SDK import needed to read it).
+EVENT_NAME = "rollout.in_flight"
 
 
 class OpenTrajectory(NamedTuple):
@@ -29,6 +24,17 @@ class OpenTrajectory(NamedTuple):
     phase_start_ns: int
 
 
+class OpenStep(NamedTuple):
+    """The training step open now (the latest opened) and the phase it is in."""
+
+    number: int  # -1 when the step has none
+    trainer: str  # "" when none
+    start_ns: int
+    #: the phase in progress that started last ("" between phases), and when it began
+    phase: str
+    phase_start_ns: int
+
+
 @dataclass(frozen=True)
 class InFlight:
     """Trajectories running at ``time_ns``: counts per env class, and the oldest listed."""
@@ -40,6 +46,8 @@ class InFlight:
     in_llm_by_env: dict[str, int] = field(default_factory=dict)
     #: the oldest running trajectories, oldest first (at most the snapshot's limit)
     listed: tuple[OpenTrajectory, ...] = ()
+    #: the training step open in the process, if any
+    step: OpenStep | None = None
 
     @property
     def in_llm(self) -> int:

@@ -59,10 +59,15 @@ class RewardColumns:
         cols[2].append(reward)
 
     def add_breakdown(self, b: Breakdown) -> None:
-        self.add(b.env_class, b.e2e, b.turns, b.reward)
+        self.add(b.env_class, b.e2e, b.turns, b.score)
 
     def __len__(self) -> int:
         return sum(len(c[2]) for c in self._cols.values())
+
+    def mean(self) -> float:
+        """The mean reward over every env class (NaN when there is none)."""
+        n = len(self)
+        return math.fsum(r for c in self._cols.values() for r in c[2]) / n if n else math.nan
 
     def analyses(self) -> list[RewardVsLatency]:
         """One :class:`RewardVsLatency` per env class, by name."""
@@ -81,22 +86,15 @@ def _analyse(env: str, e2e: array, turns: array, reward: array) -> RewardVsLaten
     e = np.frombuffer(e2e, dtype=np.float64)
     t = np.frombuffer(turns, dtype=np.int64)
     r = np.frombuffer(reward, dtype=np.float64)
-    order = np.argsort(e, kind="stable")
-    deciles = []
-    for k, idx in enumerate(np.array_split(order, DECILES), start=1):
-        if idx.size:
-            deciles.append(
-                RewardBin(k, int(idx.size), float(r[idx].mean()), float(e[idx].min()),
-                          float(e[idx].max()))
-            )  # fmt: skip
-    by_turns = []
-    for turn in np.unique(t):
-        mask = t == turn
-        by_turns.append(
-            RewardBin(int(turn), int(mask.sum()), float(r[mask].mean()), float(e[mask].min()),
-                      float(e[mask].max()))
-        )  # fmt: skip
-    return RewardVsLatency(env, int(r.size), tuple(deciles), tuple(by_turns))
+
+    def group(label: int, idx: np.ndarray) -> RewardBin:
+        re, ee = r[idx], e[idx]
+        return RewardBin(label, int(re.size), float(re.mean()), float(ee.min()), float(ee.max()))
+
+    splits = np.array_split(np.argsort(e, kind="stable"), DECILES)
+    deciles = tuple(group(k, idx) for k, idx in enumerate(splits, start=1) if idx.size)
+    by_turns = tuple(group(int(turn), np.flatnonzero(t == turn)) for turn in np.unique(t))
+    return RewardVsLatency(env, int(r.size), deciles, by_turns)
 
 
 def reward_keys(analyses: Iterable[RewardVsLatency], prefix: str = "generate/") -> dict[str, float]:

@@ -1,6 +1,5 @@
 """Breakdowns from a span tree (a trace file, a backend, the console exporter's buffer):
-:class:`SpanRecord`, the little of a span the accounting needs; the outermost phases
-below a root; and the breakdown of the trajectory rooted there."""
+:class:`SpanRecord`, the outermost phases below a root, and the breakdown rooted there."""
 
 from __future__ import annotations
 
@@ -12,15 +11,12 @@ from typing import Any, NamedTuple
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
-from otel_rollout._base.compiled import speedups
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
 #: A span's fields as :class:`SpanRecord` has them, in its order.
 SpanTuple = tuple[int, int | None, int, int | None, str | None]
 #: A band's index in A.BANDS.
 _BAND_INDEX = MappingProxyType({band: i for i, band in enumerate(A.BANDS)})
-
-_compiled: Any = None if (_c := speedups()) is None else _c.sequential_children
 
 
 class SpanRecord(NamedTuple):
@@ -64,8 +60,7 @@ def breakdown_from_tree(
 ) -> tuple[Breakdown, list[PhaseInterval]]:
     """The breakdown of the trajectory rooted at ``root`` from the spans of its trace
     (:class:`SpanRecord` s or tuples of their fields), and the outermost phases it was
-    computed from (a span tree: a trace file, a backend, the
-    console exporter's buffer). Phases still open are clipped at the root's end."""
+    computed from. Phases still open are clipped at the root's end."""
     root_id, _, start, end, _ = root
     if end is None:
         end = start
@@ -89,25 +84,9 @@ def breakdown_from_tree(
 def sequential_children(
     root_span_id: int, start_ns: int, end_ns: int, spans: Sequence[SpanTuple]
 ) -> tuple[list[PhaseInterval], array, list[int]] | None:
-    """See :func:`_sequential_children`: the same, in C where :mod:`otel_rollout._speedups`
-    is built and the records are plain 64-bit integers."""
-    if _compiled is not None:
-        got = _compiled(root_span_id, start_ns, end_ns, spans, A.BANDS, PhaseInterval,
-                        array)  # fmt: skip
-        if got is not NotImplemented:
-            return got
-    return _sequential_children(root_span_id, start_ns, end_ns, spans)
-
-
-def _sequential_children(
-    root_span_id: int, start_ns: int, end_ns: int, spans: Sequence[SpanTuple]
-) -> tuple[list[PhaseInterval], array, list[int]] | None:
-    """The outermost phases below a root and what :func:`sequential_breakdown` takes (flat
-    ``(band index, start, end)`` triples, lengths summed per band), when the phases are a
-    sequential loop of the root's own children inside ``[start_ns, end_ns]``: band phases
-    only, none empty or open, each starting at or after the end of the one before it in
-    ``spans`` (the order they ended), as the processor tests while they end; else None.
-    One pass, where :func:`outermost_phases` and the test would make two."""
+    """The outermost phases below a root and what :func:`sequential_breakdown` takes when
+    they are a sequential loop of the root's own band-phase children, none empty or open
+    and each after the one before it in ``spans``, inside ``[start_ns, end_ns]``; else None."""
     index = _BAND_INDEX
     sums = [0] * len(A.BANDS)
     flat: list[int] = []
@@ -135,15 +114,8 @@ def _sequential_children(
 def outermost_phases(
     root_span_id: int, spans: Sequence[SpanTuple], *, end_open_at: int | None = None
 ) -> list[PhaseInterval]:
-    """The outermost phase spans below a root, from a span tree (a trace file, a backend).
-
-    ``spans`` are :class:`SpanRecord` s, or plain tuples of their fields in their order
-    (what the report's assembler keeps: cheaper to make). A phase span is dropped when
-    any ancestor between it and the root is a phase span (outermost phase wins). Spans
-    whose parent chain does not reach the root are not part of the trajectory and are
-    ignored. A span that never ended is clipped at ``end_open_at`` (the root's end) when
-    given, else ignored.
-    """
+    """The outermost phase spans below a root (phases below a phase, and spans not reaching
+    the root, left out); one never ended ends at ``end_open_at``, else is left out."""
     by_id: dict[int, SpanTuple] = {}
     # memo: span id -> (reaches root, has a phase ancestor strictly below the root)
     memo: dict[int, tuple[bool, bool]] = {root_span_id: (True, False)}

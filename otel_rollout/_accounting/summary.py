@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -12,53 +12,53 @@ from typing import Any
 import numpy as np
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._accounting.reward import reward_keys, reward_vs_latency
+from otel_rollout._accounting.breakdown import Breakdown, bands_of
+from otel_rollout._accounting.reward import RewardColumns, reward_keys
+from otel_rollout._bands import DEFAULT_BANDS, BandRegistry
 from otel_rollout._base.fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout")
 
-#: SkyRL's name for each band in ``generate/trajectory_time_<name>_<stat>``, with the
-#: :class:`Breakdown` field it is computed from; the one place these keys are written.
-_KEY_NAMES = (
-    ("completion", "e2e"),
-    ("llm", A.PHASE_LLM),
-    ("env", A.PHASE_ENV),
-    ("env_setup", A.PHASE_ENV_SETUP),
-    ("env_teardown", A.PHASE_ENV_TEARDOWN),
-    ("other", A.BAND_OTHER),
-    # sub-parts and time outside completion (SkyRL's e2e_time leaves finish_session out)
-    ("env_queue", A.PHASE_ENV_QUEUE),
-    ("finish_session", A.PHASE_FINISH_SESSION),
-)
-#: The ``<name>`` part of SkyRL's keys, in table order (``completion`` is e2e).
-SKYRL_KEY_NAMES = tuple(key for key, _ in _KEY_NAMES)
+_PER_S = 1e9  # seconds as the breakdown gives them (``ns / 1e9``)
 
 
-def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> dict[str, float]:
-    """The per-batch dict trainers log (W&B), with SkyRL's key names.
+def key_names(bands: BandRegistry = DEFAULT_BANDS) -> tuple[tuple[str, str], ...]:
+    """SkyRL's name for each figure in ``generate/trajectory_time_<name>_<stat>``, with the
+    figure it is computed from (``e2e``, a band of ``bands``, a sub-part): the one place
+    these keys are written."""
+    return (
+        ("completion", "e2e"),
+        *((band.skyrl_key, band.name) for band in bands),
+        # sub-parts and time outside completion (SkyRL's e2e_time leaves finish_session out)
+        ("env_queue", A.PHASE_ENV_QUEUE),
+        ("finish_session", A.PHASE_FINISH_SESSION),
+    )
 
-    ``{prefix}trajectory_time_{completion,llm,env,env_setup,env_teardown,other}_{mean,p90,max}``
-    (p90 is ``numpy.percentile(x, 90)``), the same statistics of the ``env_queue`` sub-part
-    (the wait for an env executor thread, inside the bands) and of ``finish_session`` (outside
-    ``completion``), and ``{prefix}frac_time_in_env``, the time-weighted
-    ``sum(env) / (sum(llm) + sum(env))``. Where known, the waits have keys of their own:
-    ``trajectory_time_{llm_queue,llm_prefill,llm_decode,llm_client,loop_own,loop_blocked,
-    loop_stall}_*`` over the trajectories that report them. Statistics are computed from
-    the trajectories themselves, so the summary of two batches together is
-    ``summarize(a + b)``, never a merge of two summaries. No breakdowns give an empty dict.
 
-    Where rewards are known (``Trajectory.set_reward``), also the mean reward per env
-    class by e2e decile and by turn count (:func:`~otel_rollout._accounting.reward.reward_keys`):
-    do slow trajectories succeed less?
-    """
+_KEY_NAMES = key_names()
+
+
+def summary_row(b: Breakdown) -> tuple[float, ...]:
+    """The seconds of each figure of :func:`key_names` of ``b``'s bands, in that order."""
+    nanos = b.nanos
+    return (b.e2e, *(nanos[name] / _PER_S for name in b.bands.names), b.env_queue,
+            b.finish_session)  # fmt: skip
+
+
+def summarize(
+    breakdowns: Iterable[Breakdown], *, prefix: str = "generate/", per_class: bool = False
+) -> dict[str, float]:
+    """The per-batch dict trainers log (W&B), with SkyRL's key names: the keys are in
+    docs/accounting.md ("The batch summary"); no breakdowns give them, each NaN."""
     items = breakdowns if isinstance(breakdowns, Sequence) else list(breakdowns)
     if not items:
-        return {}
-    columns = {
-        attr: np.fromiter((getattr(b, attr) for b in items), dtype=np.float64, count=len(items))
-        for _, attr in _KEY_NAMES
-    }
+        keys = summarize_columns({attr: [math.nan] for _, attr in _KEY_NAMES}, prefix=prefix)
+        return dict.fromkeys(keys, math.nan)
+    bands = bands_of(items)
+    names = [name for _, name in key_names(bands)]
+    rows = np.array([summary_row(b) for b in items], dtype=np.float64)
+    table = np.ascontiguousarray(rows.reshape(len(items), len(names)).T)
+    columns: dict[str, Any] = {name: table[i] for i, name in enumerate(names)}
     for name in WAIT_FIELDS:
         if any(getattr(b, name, None) is not None for b in items):
             columns[name] = np.fromiter(
@@ -66,8 +66,14 @@ def summarize(breakdowns: Iterable[Breakdown], *, prefix: str = "generate/") -> 
                 dtype=np.float64,
                 count=len(items),
             )
-    out = summarize_columns(columns, prefix=prefix)
-    out.update(reward_keys(reward_vs_latency(items), prefix))
+    out = summarize_columns(columns, prefix=prefix, bands=bands)
+    rewards = RewardColumns()
+    for b in items:
+        rewards.add_breakdown(b)
+    if len(rewards):
+        out[f"{prefix}reward_mean"] = rewards.mean()
+    if per_class:
+        out.update(reward_keys(rewards.analyses(), prefix))
     return out
 
 
@@ -79,23 +85,27 @@ WAIT_FIELDS = (*A.LLM_SUBPARTS, *A.LOOP_PARTS)
 SUMMARY_FIELDS = tuple(attr for _, attr in _KEY_NAMES)
 
 
-def summarize_columns(columns: Mapping[str, Any], *, prefix: str = "generate/") -> dict[str, float]:
-    """:func:`summarize` from columns of seconds, one per field of :data:`SUMMARY_FIELDS`
-    (``e2e``, the bands), for callers that keep numbers rather than breakdowns."""
+def summarize_columns(
+    columns: Mapping[str, Any], *, prefix: str = "generate/", bands: BandRegistry = DEFAULT_BANDS
+) -> dict[str, float]:
+    """:func:`summarize` from columns of seconds, one per figure of :func:`key_names`."""
     out: dict[str, float] = {}
     sums: dict[str, float] = {}
-    for key, attr in _KEY_NAMES:
-        values = np.asarray(columns[attr], dtype=np.float64)
-        if values.size == 0:
-            return {}
+
+    def stats(key: str, values: np.ndarray) -> None:
         out[f"{prefix}trajectory_time_{key}_mean"] = float(np.mean(values))
         out[f"{prefix}trajectory_time_{key}_p90"] = float(np.percentile(values, 90))
         out[f"{prefix}trajectory_time_{key}_max"] = float(np.max(values))
+
+    for key, attr in key_names(bands):
+        values = np.asarray(columns[attr], dtype=np.float64)
+        if values.size == 0:
+            return {}
+        stats(key, values)
         sums[attr] = float(np.sum(values))
     denom = sums[A.PHASE_LLM] + sums[A.PHASE_ENV]
     out[f"{prefix}frac_time_in_env"] = sums[A.PHASE_ENV] / denom if denom > 0 else 0.0
-    # Waits (llm sub-parts, event-loop figures): over the trajectories that have them
-    # (optional columns; NaN where a trajectory has none).
+    # waits: over the trajectories that have them (NaN where a trajectory has none)
     for name in WAIT_FIELDS:
         column = columns.get(name)
         if column is None:
@@ -103,9 +113,7 @@ def summarize_columns(columns: Mapping[str, Any], *, prefix: str = "generate/") 
         values = np.asarray(column, dtype=np.float64)
         values = values[~np.isnan(values)]
         if values.size:
-            out[f"{prefix}trajectory_time_{name}_mean"] = float(np.mean(values))
-            out[f"{prefix}trajectory_time_{name}_p90"] = float(np.percentile(values, 90))
-            out[f"{prefix}trajectory_time_{name}_max"] = float(np.max(values))
+            stats(name, values)
     return out
 
 
@@ -184,13 +192,3 @@ class BreakdownCollector:
         """The breakdowns collected so far, without removing them."""
         with self._lock:
             return list(self._items)
-
-    def summarize(self, *, prefix: str = "generate/") -> dict[str, float]:
-        """Deprecated (it also empties the collector): ``summarize(collector.drain())``."""
-        warnings.warn(
-            "BreakdownCollector.summarize() is deprecated (it empties the collector); use "
-            "otel_rollout.summarize(collector.drain())",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return summarize(self.drain(), prefix=prefix)

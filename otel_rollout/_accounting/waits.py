@@ -1,27 +1,24 @@
-"""Waits apart from work: the sub-parts of ``llm`` and the event-loop figures of a breakdown.
+"""Waits apart from work (docs/waits.md), never bands: the engine's split of ``llm``
+(queue, prefill, decode, from vLLM's per-request timings; ``llm_client`` is the rest,
+floored at 0) and the event-loop figures (``rollout.loop.*_ns`` on the root).
 
-Neither changes the five bands. ``llm_queue / llm_prefill / llm_decode`` are the sums over
-a trajectory's ``generate`` calls of the engine's own per-request timings (vLLM's
-``gen_ai.latency.time_in_queue / time_in_model_prefill / time_in_model_decode``, on our
-generate span or on vLLM's ``llm_request`` span under it), and ``llm_client = llm -
-(queue + prefill + decode)``: everything in ``llm`` the engine core did not time (the
-client, the network, the engine's frontend between arrival and queueing, detokenizing).
-The four add up to ``llm`` exactly when a trajectory's generate calls do not overlap in
-time and all report timings; ``llm_client`` is floored at 0 otherwise.
-
-``loop_own`` and ``loop_blocked`` come from the loop-stall monitor
-(:mod:`otel_rollout._processing.loopstall`) through the root's ``rollout.loop.*_ns`` attributes.
+The split of one request whose ``n`` samples run side by side: every moment of the union
+of their engine intervals counts once, as decode if any sample is decoding then, else
+prefill if any is prefilling, else queue.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from itertools import pairwise
+from typing import Any, TypeVar
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.engine_union import stages_before_end, union_split
 
-_NS = 1e-9
+T = TypeVar("T", int, float)
+#: One sample's (start, end) of queue, prefill and decode, on one clock; None where the
+#: sample never reached that stage (aborted while queued...).
+Stages = Sequence[tuple[T, T] | None]
 _QUEUE, _PREFILL, _DECODE = A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE
 
 
@@ -49,18 +46,8 @@ def engine_ns(attrs: Mapping[str, Any] | None) -> tuple[int, int, int] | None:
 
 
 def engine_timings(metrics: Any) -> dict[str, float | int]:
-    """Durations from an engine's per-request timestamps, in seconds, as vLLM's own span
-    attributes: ``RequestOutput.metrics`` (vLLM's ``RequestStateStats``), or anything with
-    its fields (the demo's engine simulator).
-
-    Only differences taken within one clock: ``queued_ts``, ``scheduled_ts``,
-    ``first_token_ts`` and ``last_token_ts`` are the engine core's monotonic clock, while
-    ``arrival_time`` is the frontend's wall clock and is never subtracted from them.
-    A timestamp still at its default 0.0 (not reached, e.g. aborted while queued) yields
-    nothing. ``first_token_latency`` is vLLM's own wall-clock difference from arrival.
-    The keys are vLLM's own (those of its ``llm_request`` span); the breakdown's
-    ``llm_queue / llm_prefill / llm_decode`` sub-parts are read from them.
-    """
+    """Durations in seconds, keyed as vLLM's ``llm_request`` span attributes, from an
+    engine's per-request timestamps (``RequestOutput.metrics``); 0.0: not reached."""
     out: dict[str, float | int] = {}
 
     def ts(name: str) -> float:
@@ -75,7 +62,7 @@ def engine_timings(metrics: Any) -> dict[str, float | int]:
         (A.VLLM_TIME_IN_DECODE, first, last),
         (A.VLLM_TIME_IN_INFERENCE, scheduled, last),
     ):
-        if a > 0.0 and b > 0.0 and b >= a:
+        if _stage(a, b) is not None:
             out[key] = b - a
     ttft = ts("first_token_latency")
     if ttft > 0.0:
@@ -88,13 +75,8 @@ def engine_timings(metrics: Any) -> dict[str, float | int]:
 
 def add_engine(total: list[int] | None, part: tuple[int, int, int]) -> list[int]:
     """``total`` (queue, prefill, decode, calls) plus one call's timings."""
-    if total is None:
-        total = [0, 0, 0, 0]
-    total[0] += part[0]
-    total[1] += part[1]
-    total[2] += part[2]
-    total[3] += 1
-    return total
+    q, p, d, n = total or (0, 0, 0, 0)
+    return [q + part[0], p + part[1], d + part[2], n + 1]
 
 
 def loop_ns(attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
@@ -113,42 +95,42 @@ def engine_from_tree(
     records: Iterable[Any],
     timings: Mapping[int, tuple[str, tuple[int, int, int]]],
 ) -> list[int] | None:
-    """Engine timings summed over a trajectory's outermost ``generate`` (llm phase) spans.
-
-    ``records`` are the spans of its trace (``span_id``, ``parent_id``, ``phase``);
-    ``timings`` maps the ids of the spans that carry engine timings to their name and
-    :func:`engine_ns`. A generate span's own timings win; without them, those of the
-    engine's ``llm_request`` span below it (vLLM's server, traced with our
-    ``traceparent``) are joined to it; with ``n > 1`` (one ``llm_request`` per sample)
-    the samples' union (:mod:`.engine_union`). An LLM judge inside ``env.step`` is env time: its
-    engine timings are not counted. None when no call reports timings.
-    """
+    """Engine timings summed over a trajectory's outermost ``generate`` spans (docs/waits.md),
+    None when none reports any; ``timings``: span id -> (name, :func:`engine_ns`)."""
     if not timings:
         return None
     by_id = {r.span_id: r for r in records}
-    outermost: dict[int, bool] = {}
 
-    def is_outermost_llm(span_id: int) -> bool:
-        if span_id not in outermost:
-            rec = by_id.get(span_id)
-            outermost[span_id] = (
-                rec is not None
-                and rec.phase == A.PHASE_LLM
-                and _under_root(rec, root_span_id, by_id)
-            )
-        return outermost[span_id]
+    def up(span_id: int) -> int | None:
+        """The nearest ancestor of ``span_id`` that is the root or a phase span."""
+        rec = by_id.get(span_id)
+        cur = rec.parent_id if rec is not None else None
+        for _ in range(len(by_id) + 1):  # a cycle in malformed input ends the walk
+            if cur is None or cur == root_span_id:
+                return cur
+            parent = by_id.get(cur)
+            if parent is None:
+                return None
+            if parent.phase is not None:
+                return cur
+            cur = parent.parent_id
+        return None
+
+    def outermost_llm(span_id: int) -> bool:
+        rec = by_id.get(span_id)
+        return rec is not None and rec.phase == A.PHASE_LLM and up(span_id) == root_span_id
 
     parts: dict[int, tuple[int, int, int]] = {}
     joined: dict[int, list[tuple[int | None, tuple[int, int, int]]]] = {}
     for span_id, (name, part) in timings.items():
         if name != A.VLLM_SPAN_LLM_REQUEST:
-            if is_outermost_llm(span_id):
+            if outermost_llm(span_id):
                 parts[span_id] = part
             continue
-        phase_ancestor = _phase_ancestor(span_id, by_id)  # the generate span it serves
-        if phase_ancestor is not None and is_outermost_llm(phase_ancestor):
+        generate = up(span_id)  # the generate span it serves
+        if generate is not None and outermost_llm(generate):
             end = by_id[span_id].end_ns if span_id in by_id else None
-            joined.setdefault(phase_ancestor, []).append((end, part))
+            joined.setdefault(generate, []).append((end, part))
     for span_id, samples in joined.items():
         if span_id not in parts:
             parts[span_id] = _samples_split(samples)
@@ -162,38 +144,50 @@ def _samples_split(
     samples: Sequence[tuple[int | None, tuple[int, int, int]]],
 ) -> tuple[int, int, int]:
     """One call's split from its ``llm_request`` spans: the one span's own timings, or,
-    for ``n > 1`` (one span per sample), the union of the samples' stages laid back from
-    each span's end (:mod:`.engine_union`)."""
+    for ``n > 1``, the union of the samples' stages laid back from each span's end."""
     if len(samples) == 1 or any(end is None for end, _ in samples):
         return samples[0][1]
-    return union_split(stages_before_end(end, *part) for end, part in samples)  # type: ignore[arg-type]
+    return union_split(stages_before_end(end, *part) for end, part in samples if end is not None)
 
 
-def _under_root(rec: Any, root_id: int, by_id: Mapping[int, Any]) -> bool:
-    """Whether ``rec`` hangs below the root with no phase span in between."""
-    cur = rec.parent_id
-    for _ in range(len(by_id) + 1):
-        if cur is None:
-            return False
-        if cur == root_id:
-            return True
-        parent = by_id.get(cur)
-        if parent is None or parent.phase is not None:
-            return False
-        cur = parent.parent_id
-    return False
+def union_split(samples: Iterable[Stages[T]]) -> tuple[T, T, T]:
+    """(queue, prefill, decode) of the union of the samples' stages (the rule: the module
+    docstring), all on one clock; empty intervals are ignored."""
+    intervals: list[tuple[T, T, int]] = []
+    for stages in samples:
+        for stage, interval in enumerate(stages):
+            if interval is not None and interval[1] > interval[0]:
+                intervals.append((interval[0], interval[1], stage))
+    if not intervals:
+        zero = 0
+        return zero, zero, zero
+    points = sorted({p for a, b, _ in intervals for p in (a, b)})
+    total: list = [points[0] - points[0]] * 3  # zeros of the clock's type
+    for a, b in pairwise(points):
+        best = -1
+        for start, end, stage in intervals:
+            if start <= a and end >= b and stage > best:
+                best = stage
+        if best >= 0:
+            total[best] += b - a
+    return total[0], total[1], total[2]
 
 
-def _phase_ancestor(span_id: int, by_id: Mapping[int, Any]) -> int | None:
-    rec = by_id.get(span_id)
-    cur = rec.parent_id if rec is not None else None
-    for _ in range(len(by_id) + 1):
-        if cur is None:
-            return None
-        parent = by_id.get(cur)
-        if parent is None:
-            return None
-        if parent.phase is not None:
-            return cur
-        cur = parent.parent_id
-    return None
+def stages_from_timestamps(
+    queued: float, scheduled: float, first: float, last: float
+) -> list[tuple[float, float] | None]:
+    """A sample's stages from vLLM's ``RequestStateStats`` timestamps (engine-core
+    monotonic clock); a timestamp still at 0.0 was not reached."""
+    return [_stage(queued, scheduled), _stage(scheduled, first), _stage(first, last)]
+
+
+def _stage(a: float, b: float) -> tuple[float, float] | None:
+    return (a, b) if a > 0.0 and b > 0.0 and b >= a else None
+
+
+def stages_before_end(end: int, queue: int, prefill: int, decode: int) -> list[tuple[int, int]]:
+    """A sample's stages laid back from its span's end (ns), for a server's spans (durations,
+    no timestamps): vLLM ends ``llm_request`` at the last token, so decode ends there."""
+    first = end - decode
+    scheduled = first - prefill
+    return [(scheduled - queue, scheduled), (scheduled, first), (first, end)]

@@ -1,34 +1,30 @@
-"""The batch span: one per training step, linked from its trajectories' roots.
-
-Inside ``with tracer.batch(step=...)`` every trajectory starts a new trace whose root
-carries a span link to the batch span and the batch id, so a step of thousands of
-trajectories is not one giant trace. The breakdowns of the batch's trajectories reach
-the open batch (the breakdown processor delivers them by batch id), and when the block
-ends the batch analysis is written onto the batch span before it ends.
+"""The batch span (docs/batch.md): one per training step, linked from its trajectories'
+roots (each the root of its own trace); their breakdowns reach the open batch by batch id,
+and when the block ends the batch analysis goes onto the span.
 """
 
 from __future__ import annotations
 
 import random
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 from opentelemetry.trace import Link, Span
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.batch_accumulator import BatchAccumulator
-from otel_rollout._accounting.batch_figures import BatchAnalysis
+from otel_rollout._accounting.batch_analysis import BatchAccumulator, BatchAnalysis
 from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._api.recording import _record_exception
+from otel_rollout._api import step_context
+from otel_rollout._api.phase_handles import _record_exception
+from otel_rollout._api.phase_scope import Scope
 from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
-from otel_rollout._processing.batch_registry import BatchRegistry
+from otel_rollout._processing.batch_registry import BatchRegistry, GenerationLog
 
-_CURRENT: ContextVar[Batch | None] = ContextVar("otel_rollout_batch", default=None)
+_CURRENT: ContextVar[Batch | RemoteBatch | None] = ContextVar("otel_rollout_batch", default=None)
 
 
 def current_batch() -> Batch | RemoteBatch | None:
@@ -41,8 +37,7 @@ CARRIER_KEY = "otel-rollout-batch"
 
 
 class RemoteBatch:
-    """A batch opened in another process (the Ray driver), attached from a carrier:
-    trajectories started under it become roots linked to its batch span."""
+    """A batch opened in another process (the Ray driver), attached from a carrier."""
 
     __slots__ = ("batch_id", "links", "nest", "step")
 
@@ -83,8 +78,7 @@ def batch_from_carrier(headers: Mapping[str, str] | None) -> RemoteBatch | None:
 
 def step_span_batch() -> RemoteBatch | None:
     """Outside a batch, with a user's span current (a trainer's step span), a batch whose
-    id is that span's id: trajectories started in it become roots linked to the step
-    span instead of its children. ``None`` inside a batch or without a current span."""
+    id is that span's id, so trajectories become roots linked to it, not its children."""
     if _CURRENT.get() is not None:
         return None
     ctx = trace.get_current_span().get_span_context()
@@ -102,44 +96,22 @@ def detach_batch(token: Any) -> None:
     _CURRENT.reset(token)
 
 
-class BatchInstruments:
-    """The batch histograms of one meter provider."""
-
-    def __init__(self, meter_provider: metrics.MeterProvider | None) -> None:
-        from otel_rollout._version import __version__
-
-        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
-            "otel_rollout", __version__
-        )
-        self.duration = meter.create_histogram(
-            A.METRIC_BATCH_DURATION,
-            unit="s",
-            description="Wall time of a batch: its start to its last trajectory's end.",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
-        self.tail = meter.create_histogram(
-            A.METRIC_BATCH_TAIL_DURATION,
-            unit="s",
-            description="Tail of a batch: its last trajectory's finish minus the median finish.",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
-
-
 class Batch:
     """A handle on one open batch: its span, id, and (once ended) its analysis."""
 
-    __slots__ = ("_acc", "_links", "analysis", "batch_id", "nest", "span", "step")
+    __slots__ = ("_acc", "analysis", "batch_id", "links", "nest", "span", "step")
 
-    def __init__(self, span: Span, batch_id: str, step: int | None, nest: bool) -> None:
+    def __init__(
+        self, span: Span, batch_id: str, step: int | None, nest: bool, concurrency: int | None
+    ) -> None:
         self.span = span
         self.batch_id = batch_id
         self.step = step
-        #: Whether trajectories nest under the batch span instead of starting linked roots.
-        self.nest = nest
-        self._acc = BatchAccumulator(batch_id, start_ns=getattr(span, "start_time", None))
-        self._links = (Link(span.get_span_context(), {A.BATCH_ID: batch_id}),)
-        #: The batch analysis, set when the block ends.
-        self.analysis: BatchAnalysis | None = None
+        self.nest = nest  # trajectories nest under the span rather than link to it
+        start = getattr(span, "start_time", None)
+        self._acc = BatchAccumulator(batch_id, start_ns=start, capacity=concurrency)
+        self.links = (Link(span.get_span_context(), {A.BATCH_ID: batch_id}),)
+        self.analysis: BatchAnalysis | None = None  # set when the block ends
 
     @property
     def trace_id(self) -> str:
@@ -150,11 +122,6 @@ class Batch:
     def context(self) -> otel_context.Context:
         """A context whose current span is the batch span (to carry to workers)."""
         return trace.set_span_in_context(self.span)
-
-    @property
-    def links(self) -> tuple[Link, ...]:
-        """The span link a trajectory root of this batch carries."""
-        return self._links
 
     @property
     def breakdowns(self) -> list[Breakdown]:
@@ -174,38 +141,18 @@ class Batch:
             if b.batch_id in (None, self.batch_id):
                 self._acc.add(b)
 
-    def compute(self) -> BatchAnalysis:
-        """Deprecated: ``otel_rollout.analyze_batch(batch.breakdowns)``."""
-        warnings.warn(
-            "Batch.compute() is deprecated; use otel_rollout.analyze_batch(batch.breakdowns)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self._acc.analysis()
-
-    def summary(self, *, prefix: str = "generate/") -> dict[str, float]:
-        """Deprecated: ``batch.analysis.summary()`` (once the block ended)."""
-        warnings.warn(
-            "Batch.summary() is deprecated; use batch.analysis.summary() once the block "
-            "ended, or otel_rollout.analyze_batch(batch.breakdowns).summary() before",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        analysis = self.analysis if self.analysis is not None else self._acc.analysis()
-        return analysis.summary(prefix=prefix)
-
 
 def new_batch_id(step: int | None) -> str:
     suffix = format(random.getrandbits(32), "08x")
     return f"{step}-{suffix}" if step is not None else suffix
 
 
-class BatchScope:
+class BatchScope(Scope[Batch]):
     """Context manager (sync and async) for one batch span."""
 
     __slots__ = (
-        "_attrs", "_batch", "_clock", "_instruments", "_nest", "_registry", "_step", "_token",
-        "_tracer",
+        "_attrs", "_batch", "_clock", "_concurrency", "_generation", "_instruments", "_nest",
+        "_registry", "_step", "_token", "_tracer",
     )  # fmt: skip
 
     def __init__(
@@ -218,8 +165,11 @@ class BatchScope:
         nest: bool,
         clock: Callable[[], int] = now_ns,
         registry: BatchRegistry | None = None,
+        generation: GenerationLog | None = None,
+        concurrency: int | None = None,
     ) -> None:
         self._tracer = tracer
+        self._generation = generation  # the tracer's batch walls, for its steps' accounts
         self._registry = registry  # the processor's open batches (None: no processor)
         self._clock = clock
         self._instruments = instruments
@@ -228,15 +178,32 @@ class BatchScope:
         attrs: dict[str, Any] = {A.BATCH_ID: batch_id}
         if step is not None:
             attrs[A.STEP] = step
+        if concurrency is not None:
+            attrs[A.BATCH_CONCURRENCY] = concurrency
+        self._concurrency = concurrency
         attrs.update((k, v) for k, v in attributes.items() if v is not None)
         self._attrs = attrs
         self._batch: Batch | None = None
 
     def __enter__(self) -> Batch:
+        attrs = self._attrs
+        links: tuple[Link, ...] = ()
+        step = step_context.current_step()
+        if step is not None:  # generated by the step in progress
+            if step.number is not None and self._step is None:
+                self._step = step.number
+                attrs = {**attrs, A.STEP: step.number}
+            link_attrs = {A.LINK_TYPE: A.LINK_GENERATED_BY}
+            if step.number is not None:
+                link_attrs[A.STEP] = step.number
+            links = (Link(step.span.get_span_context(), link_attrs),)
+        start = self._clock()
         span = self._tracer.start_span(
-            A.SPAN_BATCH, attributes=self._attrs, start_time=self._clock()
+            A.SPAN_BATCH, attributes=attrs, links=links, start_time=start
         )
-        batch = Batch(span, self._attrs[A.BATCH_ID], self._step, self._nest)
+        batch = Batch(span, attrs[A.BATCH_ID], self._step, self._nest, self._concurrency)
+        if self._generation is not None:
+            self._generation.opened(batch.batch_id, start)
         self._batch = batch
         if self._registry is not None:
             self._registry.open(batch.batch_id, batch._acc)
@@ -259,8 +226,11 @@ class BatchScope:
                 if self._instruments is not None:
                     ctx = trace.set_span_in_context(span)
                     self._instruments.duration.record(analysis.wall_ns * 1e-9, context=ctx)
-                    self._instruments.tail.record(analysis.tail_ns * 1e-9, context=ctx)
-            span.end(end_time=self._clock())
+                    self._instruments.drain.record(analysis.drain_ns * 1e-9, context=ctx)
+            end = self._clock()
+            span.end(end_time=end)
+            if self._generation is not None:
+                self._generation.closed(batch.batch_id, end)
         except Exception as err:
             internal_error("batch end", err)
             if span.is_recording():
@@ -272,9 +242,3 @@ class BatchScope:
                 otel_context.detach(token)
             except Exception as err:
                 internal_error("batch detach", err)
-
-    async def __aenter__(self) -> Batch:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.__exit__(exc_type, exc, tb)

@@ -13,8 +13,7 @@ from typing import Any, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_rollout import attributes as A
-from otel_rollout._api.phase_handles import Phase
+from otel_rollout._api.phase_handles import Phase, phase_name
 from otel_rollout._api.phase_scope import _PhaseScope
 from otel_rollout._api.trajectory import Trajectory, current_trajectory
 from otel_rollout._base.errors import internal_error
@@ -23,11 +22,8 @@ T = TypeVar("T")
 
 
 def bind_context(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable[[], T]:
-    """``fn(*args, **kwargs)`` as a no-argument callable that runs in the caller's context.
-
-    ``loop.run_in_executor`` and ``Executor.submit`` do not copy contextvars, so spans
-    opened in the worker thread would start new traces; bind first.
-    """
+    """``fn(*args, **kwargs)`` as a no-argument callable that runs in the caller's context
+    (``run_in_executor`` and ``Executor.submit`` do not copy contextvars)."""
     ctx = contextvars.copy_context()
     return functools.partial(ctx.run, fn, *args, **kwargs)
 
@@ -35,15 +31,12 @@ def bind_context(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Callable
 class QueuedCall:
     """One call handed to an executor from a trajectory: the wait and the work, as spans.
 
-    Made on the event loop when the call is submitted (``t0``). :meth:`run` is what the
-    executor runs: when it starts on another thread (``t1``), ``[t0, t1]`` becomes an
-    ``env_queue`` span and the work phase (``open_work``) starts at ``t1``; run on the
-    loop's own thread (no executor), there is no wait and the work starts at ``t0``.
-    :meth:`finish`, on the loop once the result is back (``t2``), ends the work phase
-    there, so ``[t0, t2]`` is what a timer around the ``await`` measures. A phase already
-    open (``before``: an env made before its init) ends at ``t0`` if the call waits, and
-    is the work phase if it does not. ``end(phase, t2)``, if given, ends the work phase
-    instead of ``phase.end(t2)`` (to end it later, at that time).
+    Submitted at ``t0``, started on a thread at ``t1`` (:meth:`run`), its result back on
+    the loop at ``t2`` (:meth:`finish`): ``[t0, t1]`` is an ``env_queue`` span and the
+    work phase (``open_work``) runs ``[t1, t2]``, so wait plus work is what a timer around
+    the ``await`` measures; on the loop's own thread there is no wait. A phase already
+    open (``before``) ends at ``t0`` if the call waits, else is the work phase. ``end``,
+    if given, ends the work phase instead of ``phase.end(t2)``.
     """
 
     __slots__ = (
@@ -132,18 +125,6 @@ class QueuedCall:
             internal_error("env_queue finish", err)
 
 
-def _opener(traj: Trajectory, phase: str) -> Callable[[], _PhaseScope]:
-    if not phase or not isinstance(phase, str):
-        raise ValueError(f"phase must be a non-empty string, got {phase!r}")
-    known = {
-        A.PHASE_ENV: traj.env_step,
-        A.PHASE_ENV_SETUP: traj.env_setup,
-        A.PHASE_ENV_TEARDOWN: traj.env_teardown,
-        A.PHASE_LLM: traj.generate,
-    }
-    return known.get(phase) or functools.partial(traj.phase, phase)
-
-
 async def run_in_executor(
     executor: Executor | None,
     fn: Callable[..., T],
@@ -151,20 +132,15 @@ async def run_in_executor(
     *args: Any,
     phase: str | None = None,
 ) -> T:
-    """``loop.run_in_executor(executor, fn, *args)`` that keeps the trajectory's context.
-
-    Inside a trajectory, the wait from submitting ``fn`` until a thread starts it is an
-    ``env_queue`` phase span (it counts in ``env`` unless ``bands`` says otherwise).
-    ``phase`` (``"env"``, ``"env_setup"``, ``"env_teardown"`` or a name of your own)
-    makes the call a phase span of its own: it starts where the wait ends and ends when
-    the result is back on the loop, so the wait counts in that phase's band, and wait
-    plus work is what a timer around this ``await`` measures.
-    """
+    """``loop.run_in_executor(executor, fn, *args)`` keeping the trajectory's context; the
+    wait for a thread is an ``env_queue`` span, and ``phase`` makes the call one
+    (docs/agent-loop.md)."""
     loop = asyncio.get_running_loop()
     traj = current_trajectory()
     if traj is None:
         return await loop.run_in_executor(executor, bind_context(fn, *args))
-    call = QueuedCall(traj, None if phase is None else _opener(traj, phase))
+    opener = None if phase is None else functools.partial(traj._open_phase, phase_name(phase))
+    call = QueuedCall(traj, opener)
     try:
         result = await loop.run_in_executor(executor, bind_context(call.run, fn, *args))
     except BaseException as exc:

@@ -1,36 +1,109 @@
 """Handles on one open phase span: :class:`Phase` (attributes, a step's reward, an error,
-``end()``) and :class:`Generation` (a ``generate`` span's token counts, finish reasons and,
-with capture opted in, content). They never raise into the loop."""
+``end()``) and :class:`Generation` (token counts, finish reasons, content with capture opted
+in); what they record besides plain attributes: an exception, a reward. They never raise
+into the loop."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from opentelemetry.trace import Span
+from opentelemetry import _logs
+from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import attributes as A
-from otel_rollout._api.recording import (
-    _capture_content,
-    _capture_limit,
-    _evaluation,
-    _record_exception,
-)
 from otel_rollout._base import coerce as C
 from otel_rollout._base.clock import now_ns
-from otel_rollout._base.errors import internal_error, warn_once
+from otel_rollout._base.errors import error_type, internal_error, warn_once
 from otel_rollout._processing import loopstall as _loopstall
+from otel_rollout._processing.breakdown_processor import SCOPE_NAME
+from otel_rollout._settings.table import from_environment
+from otel_rollout._version import __version__
+
+
+def _capture_content() -> bool:
+    return from_environment("capture_content")
+
+
+def _capture_limit() -> int:
+    return from_environment("capture_max_chars")
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: str() failed>"
+
+
+def _record_exception(span: Span, exc: BaseException) -> None:
+    """The exception event, ``error.type`` and status ERROR on ``span``; the message (it may
+    hold completion text) only with content capture opted in."""
+    etype = error_type(exc)
+    capture = _capture_content()
+    attrs: dict[str, Any] = {"exception.type": etype, "exception.escaped": True}
+    description = type(exc).__name__
+    if capture:
+        limit = _capture_limit()
+        message = _safe_str(exc)[:limit]
+        attrs["exception.message"] = message
+        description = f"{description}: {message}"[:256]
+    try:
+        frames = "".join(traceback.format_tb(exc.__traceback__)) if exc.__traceback__ else ""
+    except Exception:
+        frames = ""
+    attrs["exception.stacktrace"] = f"Traceback (most recent call last):\n{frames}{etype}"
+    span.add_event("exception", attrs)
+    span.set_attribute(A.ERROR_TYPE, etype)
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def _reward_key(name: str, default: str) -> str:
+    return default if name == A.REWARD_NAME else A.REWARD_PREFIX + name
+
+
+def logger_of(provider: _logs.LoggerProvider | None = None) -> _logs.Logger:
+    """The logger of our events on ``provider`` (``None``: the global logger provider, a
+    no-op unless one is set)."""
+    return _logs.get_logger(SCOPE_NAME, __version__, provider)
+
+
+def _evaluation(
+    handle: Any, attr_default: str, value: Any, name: Any, label: Any, explanation: Any
+) -> float | None:
+    """A reward on ``handle`` (a trajectory or a phase): an attribute on its span and a
+    ``gen_ai.evaluation.result`` event."""
+    span = handle.span
+    name = C.to_text(name, "reward name") or A.REWARD_NAME
+    score = C.to_score(value, f"reward {name!r}")
+    label = C.to_text(label, "reward label")
+    if score is None and label is None:
+        return None
+    attrs: dict[str, Any] = {A.GEN_AI_EVALUATION_NAME: name}
+    if score is not None:
+        span.set_attribute(_reward_key(name, attr_default), score)
+        attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] = score
+    if label is not None:
+        attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = label
+    if explanation is not None and _capture_content():
+        attrs[A.GEN_AI_EVALUATION_EXPLANATION] = C._text(explanation)[: _capture_limit()]
+    from otel_rollout._export.log_file import emit_event  # the SDK's logs: only with a reward
+
+    logger = handle._logger or logger_of()
+    emit_event(logger, A.EVENT_EVALUATION_RESULT, attrs, handle._clock(), span)
+    return score
+
 
 #: OpenAI's usage field names, accepted by ``Generation.record``.
 _OPENAI_USAGE = frozenset(("prompt_tokens", "completion_tokens", "total_tokens"))
 
 
 def _openai_usage(input_tokens: Any, output_tokens: Any, attributes: dict[str, Any]) -> tuple:
-    """``prompt_tokens``/``completion_tokens`` popped from ``attributes`` as the input and
-    output counts (the GenAI names win when both are given); ``total_tokens`` popped and
-    checked against their sum. Disagreements are warned about once per kind."""
+    """OpenAI's usage names popped from ``attributes`` as the input and output counts (the
+    GenAI names win); ``total_tokens`` only checked. Disagreements are warned about once."""
     prompt = attributes.pop("prompt_tokens", None)
     completion = attributes.pop("completion_tokens", None)
     total = attributes.pop("total_tokens", None)
@@ -47,11 +120,11 @@ def _openai_usage(input_tokens: Any, output_tokens: Any, attributes: dict[str, A
     input_tokens = prompt if input_tokens is None else input_tokens
     output_tokens = completion if output_tokens is None else output_tokens
     if total is not None:
-        counts = [C.to_count(v, "tokens") for v in (input_tokens, output_tokens)]
+        tin, tout = C.to_count(input_tokens, "tokens"), C.to_count(output_tokens, "tokens")
         t = C.to_count(total, "total_tokens")
-        if t is not None and None not in counts and sum(counts) != t:
+        if t is not None and tin is not None and tout is not None and tin + tout != t:
             warn_once("record.total_tokens", "otel-rollout: Generation.record: total_tokens "
-                      "%s is not input + output (%s + %s); not recorded", t, *counts)  # fmt: skip
+                      "%s is not input + output (%s + %s); not recorded", t, tin, tout)  # fmt: skip
     return input_tokens, output_tokens
 
 
@@ -77,14 +150,34 @@ _GENAI_SHORT = MappingProxyType(
 )
 
 
+def phase_name(name: object) -> str:
+    """``name`` when it is a non-empty string; else a ValueError naming it."""
+    if not name or not isinstance(name, str):
+        raise ValueError(f"phase name must be a non-empty string, got {name!r}")
+    return name
+
+
+def coerced(attributes: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict:
+    """``attributes`` as span attributes, short ``names`` mapped to their keys; values that
+    cannot be one (None, NaN...) left out (:mod:`otel_rollout._base.coerce`)."""
+    out = {}
+    for key, value in attributes.items():
+        value = C.to_attribute(value)
+        if value is not None:
+            out[names.get(key, key) if names else key] = value
+    return out
+
+
 class Phase:
     """A handle on one open phase span (``env_setup``, ``env_step``, ``env_teardown``...)."""
 
-    __slots__ = ("_clock", "span")
+    __slots__ = ("_clock", "_logger", "span")
 
-    def __init__(self, span: Span, clock: Callable[[], int] = now_ns) -> None:
+    def __init__(self, span: Span, clock: Callable[[], int] = now_ns,
+                 logger: _logs.Logger | None = None) -> None:  # fmt: skip
         self.span = span
         self._clock = clock
+        self._logger = logger  # None: the global logger provider
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         value = C.to_attribute(value)
@@ -92,16 +185,15 @@ class Phase:
             self.span.set_attribute(key, value)
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
-        for key, value in attributes.items():
-            self.set_attribute(key, value)
+        self.span.set_attributes(coerced(attributes))
 
     def set_reward(
         self, value: Any, *, name: str = A.REWARD_NAME, label: Any = None, explanation: Any = None
     ) -> float | None:
-        """A per-step reward (what ``env.step`` returned): ``rollout.step.reward`` and a
-        ``gen_ai.evaluation.result`` event on this span. Returns the score recorded."""
+        """A per-step reward: ``rollout.step.reward`` on this span and a
+        ``gen_ai.evaluation.result`` event; returns the score recorded."""
         try:
-            return _evaluation(self.span, A.STEP_REWARD, value, name, label, explanation)
+            return _evaluation(self, A.STEP_REWARD, value, name, label, explanation)
         except Exception as exc:
             internal_error("Phase.set_reward", exc)
             return None
@@ -139,15 +231,8 @@ class Generation(Phase):
         response_id: Any = None,
         **attributes: Any,
     ) -> None:
-        """Record token counts and why generation stopped (GenAI attributes).
-
-        Token counts may be lists (one per sample when n > 1): their sum is recorded.
-        OpenAI's usage names are accepted too: ``prompt_tokens`` and ``completion_tokens``
-        count as ``input_tokens`` and ``output_tokens``, and ``total_tokens`` is only
-        checked against their sum (a mismatch, or a name given twice with two values, is
-        warned about once). ``finish_reasons="stop"`` is one reason. Other keywords are
-        set as attributes (short names such as ``temperature`` map to their GenAI keys).
-        """
+        """Record token counts (lists: summed; OpenAI's usage names accepted) and why
+        generation stopped; other keywords are set as attributes, by short name or key."""
         try:
             if attributes.keys() & _OPENAI_USAGE:
                 input_tokens, output_tokens = _openai_usage(input_tokens, output_tokens,
@@ -180,11 +265,8 @@ class Generation(Phase):
             internal_error("Generation.record", exc)
 
     def record_content(self, *, prompt: Any = None, completion: Any = None) -> bool:
-        """Record prompt/completion text, truncated, only when capture is opted in.
-
-        Capture follows ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``; the limit
-        is ``OTEL_ROLLOUT_CAPTURE_MAX_CHARS`` (default 2000). Returns whether it recorded.
-        """
+        """Record prompt/completion text, truncated, only when capture is opted in
+        (docs/configure.md); returns whether it recorded."""
         if not _capture_content():
             return False
         limit = _capture_limit()

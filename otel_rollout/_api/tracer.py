@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import random
-import warnings
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import ProxyTracerProvider, Span, StatusCode
+from opentelemetry._logs import LoggerProvider
+from opentelemetry.trace import Span, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import attributes as A
-from otel_rollout._api.batch_span import BatchInstruments, BatchScope, current_batch, new_batch_id
-from otel_rollout._api.phase_decorator import phase
-from otel_rollout._api.phase_handles import Generation, Phase
-from otel_rollout._api.phase_scope import _CURRENT, _detach, _PhaseScope
-from otel_rollout._api.recording import _capture_content, _record_exception
-from otel_rollout._api.trajectory import Trajectory, current_trajectory
+from otel_rollout._accounting.slots import check_capacity
+from otel_rollout._api.batch_span import BatchScope, current_batch, new_batch_id
+from otel_rollout._api.phase_handles import Generation, Phase, _record_exception, logger_of
+from otel_rollout._api.phase_scope import _CURRENT, Scope, _detach
+from otel_rollout._api.step import StepScope
+from otel_rollout._api.trajectory import Trajectory, current_trajectory, phase
 from otel_rollout._base import limits
 from otel_rollout._base import semconv as _semconv
 from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
 from otel_rollout._processing import loopstall as _loopstall
+from otel_rollout._processing.batch_registry import GenerationLog
 from otel_rollout._processing.breakdown_processor import SCOPE_NAME, BreakdownProcessor
 from otel_rollout._version import __version__
 
@@ -32,19 +34,58 @@ from otel_rollout._version import __version__
 Clock = Callable[[], int]
 
 __all__ = [
-    "Clock",
-    "Generation",
-    "Phase",
-    "RolloutTracer",
-    "Trajectory",
-    "_PhaseScope",
-    "find_breakdown_processor",
-    "_capture_content",
-    "batch",
-    "current_trajectory",
-    "phase",
-    "trajectory",
-]
+    "Clock", "Generation", "Phase", "RolloutTracer", "Trajectory", "batch",
+    "current_trajectory", "phase", "step", "trajectory",
+]  # fmt: skip
+
+
+#: The metrics of batches and steps (docs/batch.md, docs/step.md): (attribute, kind,
+#: metric name, unit, description, bucket advice).
+_DURATION = A.DURATION_BUCKETS
+_Row = tuple[str, str, str, str, str, tuple[float, ...] | None]
+
+_BATCH: tuple[_Row, ...] = (
+    ("duration", "histogram", A.METRIC_BATCH_DURATION, "s",
+     "Wall time of a batch: its start to its last trajectory's end.", _DURATION),
+    ("drain", "histogram", A.METRIC_BATCH_DRAIN_DURATION, "s",
+     "Drain of a batch: from the first slot left empty for good (no trajectory starts "
+     "after it) to its last trajectory's end.", _DURATION),
+)  # fmt: skip
+
+_STEP: tuple[_Row, ...] = (
+    # +1 when a phase starts, -1 when it ends (SkyRL's skyrl_training_phase gauge); the
+    # unit is an annotation: no suffix on Prometheus's name
+    ("phase_active", "up_down_counter", A.METRIC_STEP_PHASE_ACTIVE, "{phase}",
+     "1 while a training step's phase is active, else 0.", None),
+    ("duration", "histogram", A.METRIC_STEP_DURATION, "s", "Wall time of a training step.",
+     _DURATION),
+    ("part", "histogram", A.METRIC_STEP_PART_DURATION, "s",
+     "Seconds of each part of a step's account (its phases, generation, other); the parts "
+     "of a step sum to its wall.", _DURATION),
+    ("staleness", "histogram", A.METRIC_STALENESS, "{version}",
+     "Policy versions between a trajectory's generation and the step that trained on it.",
+     A.STALENESS_BUCKETS),
+    ("buffer_wait", "histogram", A.METRIC_BUFFER_WAIT, "s",
+     "Time from a trajectory's end to the step taking it.", _DURATION),
+    ("outcomes", "counter", A.METRIC_OUTCOMES, "{trajectory}",
+     "Trajectories a step kept (trained on) or dropped, by reason.", None),
+    ("buffer_depth", "gauge", A.METRIC_BUFFER_DEPTH, "{item}",
+     "Items waiting in the trainer's generation buffer.", None),
+    ("buffer_capacity", "gauge", A.METRIC_BUFFER_CAPACITY, "{item}",
+     "Size of the trainer's generation buffer.", None),
+)  # fmt: skip
+
+
+def _make_instruments(
+    meter_provider: metrics.MeterProvider | None, table: tuple[_Row, ...]
+) -> SimpleNamespace:
+    """The instruments of ``table`` on ``meter_provider`` (the global one when None)."""
+    meter = (meter_provider or metrics.get_meter_provider()).get_meter("otel_rollout", __version__)
+    out = SimpleNamespace()
+    for attr, kind, name, unit, description, buckets in table:
+        advice = {} if buckets is None else {"explicit_bucket_boundaries_advisory": list(buckets)}
+        setattr(out, attr, getattr(meter, f"create_{kind}")(name, unit, description, **advice))
+    return out
 
 
 def _parent_context() -> otel_context.Context | None:
@@ -60,7 +101,7 @@ def _parent_context() -> otel_context.Context | None:
     return trace.set_span_in_context(trace.INVALID_SPAN)
 
 
-class _TrajectoryScope:
+class _TrajectoryScope(Scope[Trajectory]):
     """Context manager (sync and async) for one trajectory's root span."""
 
     __slots__ = ("_attrs", "_ctx_token", "_loop", "_owner", "_traj", "_var_token")
@@ -74,39 +115,25 @@ class _TrajectoryScope:
     def __enter__(self) -> Trajectory:
         attrs = self._attrs
         mode = _semconv.mode()
-        name = (
-            _semconv.agent_span_name(attrs.get(A.GEN_AI_AGENT_NAME))
-            if mode.latest_names
-            else A.SPAN_TRAJECTORY
-        )
+        agent = attrs.get(A.GEN_AI_AGENT_NAME)
+        name = _semconv.agent_span_name(agent) if mode.latest_names else A.SPAN_TRAJECTORY
         owner = self._owner
         tracer, clock = owner._tracer, owner._clock
         batch = current_batch()
         parent = _parent_context()
-        if batch is None:
-            span = tracer.start_span(name, context=parent, attributes=attrs, start_time=clock())
-        else:
+        linked = batch is not None and not batch.nest  # a new trace, linked to the batch
+        context = otel_context.Context() if linked else parent
+        if batch is not None:
             attrs = {**attrs, A.BATCH_ID: batch.batch_id}
             if batch.step is not None:
                 attrs[A.STEP] = batch.step
-            if batch.nest:
-                span = tracer.start_span(name, context=parent, attributes=attrs, start_time=clock())
-            else:  # the root of a new trace, linked to the batch span
-                span = tracer.start_span(
-                    name, otel_context.Context(), attributes=attrs, links=batch.links,
-                    start_time=clock(),
-                )  # fmt: skip
+        links = batch.links if batch is not None and linked else ()
+        span = tracer.start_span(name, context, attributes=attrs, links=links, start_time=clock())
         try:
             traj = Trajectory(
-                tracer,
-                span,
-                attrs[A.TRAJECTORY_ID],
-                attrs.get(A.ENV_CLASS),
-                attrs.get(A.GEN_AI_REQUEST_MODEL),
-                attrs.get(A.GEN_AI_AGENT_NAME),
-                mode,
-                clock,
-            )
+                tracer, span, attrs[A.TRAJECTORY_ID], attrs.get(A.ENV_CLASS),
+                attrs.get(A.GEN_AI_REQUEST_MODEL), agent, mode, clock, owner._logger,
+            )  # fmt: skip
             traj._outer = parent if parent is not None else otel_context.get_current()
             recorded = getattr(span, "attributes", None)
             if recorded is not None and A.TRAJECTORY_ID not in recorded and span.is_recording():
@@ -169,29 +196,12 @@ class _TrajectoryScope:
                 else:
                     _detach(self._ctx_token)
 
-    async def __aenter__(self) -> Trajectory:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.__exit__(exc_type, exc, tb)
-
 
 class RolloutTracer:
-    """Makes trajectory spans and hands each finished root to a :class:`BreakdownProcessor`.
-
-    ``processor`` is the :class:`~otel_rollout.BreakdownProcessor` installed on
-    ``tracer_provider``; its :meth:`~otel_rollout.BreakdownProcessor.finish` ends each
-    root with the breakdown on it. When it is not given, the tracer uses the first one
-    among an SDK ``TracerProvider``'s span processors (the global provider's when
-    ``tracer_provider`` is ``None``); without one, roots end without breakdown attributes
-    and :attr:`Trajectory.breakdown` stays ``None``.
-
-    ``meter_provider`` records the batch histograms of :meth:`batch` (the trajectory
-    histograms are the processor's). ``clock`` (epoch nanoseconds, like
-    :func:`time.time_ns`) times every trajectory and phase span; ``id_generator`` (an
-    OpenTelemetry ``IdGenerator``) draws default trajectory ids. :mod:`otel_rollout.testing`
-    has deterministic ones of both.
-    """
+    """Makes trajectory spans and hands each finished root to ``processor`` (the
+    :class:`~otel_rollout.sdk.BreakdownProcessor` on ``tracer_provider``), which ends it
+    with the breakdown on it; without one, :attr:`Trajectory.breakdown` stays ``None``.
+    ``meter_provider`` gets the batch and step metrics; the others: docs/agent-loop.md."""
 
     def __init__(
         self,
@@ -201,39 +211,39 @@ class RolloutTracer:
         processor: BreakdownProcessor | None = None,
         clock: Clock | None = None,
         id_generator: Any = None,
+        logger_provider: LoggerProvider | None = None,
     ) -> None:
         self._provider = tracer_provider
         self._tracer = trace.get_tracer(SCOPE_NAME, __version__, tracer_provider)
+        self._logger = logger_of(logger_provider)
         _loopstall.prepare()
         self._meter_provider = meter_provider
-        self._batch_instruments: BatchInstruments | None = None
+        self._instruments: dict[str, Any] = {}  # batch's and step's, made at first use
+        self._own_generation = GenerationLog()  # without a processor to share one
         self._processor = processor
-        self._found: tuple[Any, BreakdownProcessor | None] | None = None
         self._clock: Clock = clock if clock is not None else now_ns
         self._ids = id_generator
 
     @property
     def processor(self) -> BreakdownProcessor | None:
-        """The processor finishing this tracer's trajectories (given, or found)."""
-        if self._processor is not None:
-            return self._processor
-        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
-        found = self._found
-        if found is not None and found[0] is provider:
-            return found[1]
-        processor = find_breakdown_processor(provider)
-        if not isinstance(provider, ProxyTracerProvider):  # the global one may still change
-            self._found = (provider, processor)
-            if processor is not None:
-                warnings.warn(
-                    "RolloutTracer found its BreakdownProcessor by reading the SDK "
-                    "provider's private processor list, which is deprecated: pass "
-                    "RolloutTracer(provider, processor=processor), or use "
-                    "otel_rollout.configure()'s rollout.tracer",
-                    DeprecationWarning,
-                    stacklevel=3,
-                )
-        return processor
+        """The processor finishing this tracer's trajectories (``processor=``), or None."""
+        return self._processor
+
+    def _meters(self, which: str, table: tuple) -> Any:
+        """The instruments of ``table``, or None when the meter provider is broken."""
+        if which not in self._instruments:
+            try:
+                self._instruments[which] = _make_instruments(self._meter_provider, table)
+            except Exception as err:
+                internal_error(f"{which} instruments", err)
+                return None
+        return self._instruments[which]
+
+    def _generation(self) -> GenerationLog:
+        """The batch walls steps read: the processor's, shared by the tracers using it."""
+        processor = self.processor
+        log = getattr(processor, "generation", None)
+        return log if isinstance(log, GenerationLog) else self._own_generation
 
     def _restore(self, span: Span, attributes: Mapping[str, Any]) -> None:
         """Put back attributes a sampler dropped at start, and have the processor see them."""
@@ -249,34 +259,38 @@ class RolloutTracer:
         attributes: Mapping[str, AttributeValue] | None = None,
         batch_id: str | None = None,
         nest: bool = False,
+        concurrency: int | None = None,
     ) -> BatchScope:
-        """One batch (training step): ``with``/``async with`` it around its trajectories.
-
-        Opens a ``batch`` span (``rollout.batch.id``, ``rollout.step``). Each trajectory
-        started inside is the root of its own trace, linked to the batch span and carrying
-        the batch id; ``nest=True`` keeps them children of the batch span instead (one
-        trace per step). When the block ends, the batch analysis (wall, tail, stragglers,
-        what the tail was spent on, engine demand) goes onto the batch span, into the
-        ``rollout.batch.duration`` and ``rollout.batch.tail.duration`` histograms, and onto
-        the handle's ``analysis``; ``handle.analysis.summary()`` gives the tracker keys.
-        """
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-            raise ValueError(f"step must be an int or None, got {step!r}")
-        if self._batch_instruments is None:
-            try:
-                self._batch_instruments = BatchInstruments(self._meter_provider)
-            except Exception as err:  # a broken meter provider must not stop the step
-                internal_error("batch instruments", err)
+        """One batch (training step): ``with``/``async with`` it around its trajectories
+        (docs/batch.md)."""
+        _check_int("step", step)
+        concurrency = check_capacity(concurrency)
         return BatchScope(
-            self._tracer,
-            self._batch_instruments,
-            step,
-            str(batch_id) if batch_id is not None else new_batch_id(step),
-            attributes or {},
-            nest,
-            self._clock,
+            self._tracer, self._meters("batch", _BATCH), step,
+            str(batch_id) if batch_id is not None else new_batch_id(step), attributes or {},
+            nest, self._clock,
             processor.batches if (processor := self.processor) is not None else None,
-        )
+            self._generation(), concurrency,
+        )  # fmt: skip
+
+    def step(
+        self,
+        step: int | None = None,
+        *,
+        trainer: str | None = None,
+        policy_version: int | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> StepScope:
+        """One training step: ``with``/``async with`` it around the trainer's loop body
+        (docs/step.md)."""
+        _check_int("step", step)
+        _check_int("policy_version", policy_version)
+        name = A.SPAN_STEP_LATEST if _semconv.mode().latest_names else A.SPAN_STEP
+        return StepScope(
+            self._tracer, step, None if trainer is None else str(trainer), policy_version,
+            attributes or {}, self._clock, self._meters("step", _STEP),
+            self._generation(), name,
+        )  # fmt: skip
 
     def trajectory(
         self,
@@ -291,20 +305,11 @@ class RolloutTracer:
         agent: str | None = None,
     ) -> _TrajectoryScope:
         """One trajectory: ``with``/``async with`` it, and open phases on the handle.
-
-        ``trajectory_id`` defaults to ``"{instance_id}_{repetition_id}"`` when those are
-        given, else to a random id. ``env`` (env class) and ``model`` become low-cardinality
-        metric attributes; ids never do. The root is a GenAI agent invocation:
-        ``gen_ai.agent.name`` is ``agent`` or else the env class, and
-        ``gen_ai.conversation.id`` the trajectory id.
-        """
+        ``trajectory_id`` defaults to ``"{instance_id}_{repetition_id}"``, else a random id."""
         if trajectory_id is None:
             if instance_id is not None:
-                trajectory_id = (
-                    f"{instance_id}_{repetition_id}"
-                    if repetition_id is not None
-                    else str(instance_id)
-                )
+                suffix = "" if repetition_id is None else f"_{repetition_id}"
+                trajectory_id = f"{instance_id}{suffix}"
             elif self._ids is not None:
                 trajectory_id = format(self._ids.generate_span_id(), "016x")
             else:
@@ -331,17 +336,9 @@ class RolloutTracer:
         return _TrajectoryScope(self, attrs)
 
 
-def find_breakdown_processor(provider: Any) -> BreakdownProcessor | None:
-    """The first :class:`BreakdownProcessor` among an SDK ``TracerProvider``'s processors.
-
-    Deprecated: it reads the SDK's private processor list. Pass the processor to
-    :class:`RolloutTracer` (``processor=``), or use ``configure()``'s ``rollout.tracer``.
-    """
-    active = getattr(provider, "_active_span_processor", None)
-    for p in getattr(active, "_span_processors", ()):
-        if isinstance(p, BreakdownProcessor):
-            return p
-    return None
+def _check_int(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{name} must be an int or None, got {value!r}")
 
 
 _default: RolloutTracer | None = None
@@ -374,8 +371,7 @@ def trajectory(
     group_id: str | int | None = None,
     agent: str | None = None,
 ) -> _TrajectoryScope:
-    """:meth:`RolloutTracer.trajectory` on the global ``configure()``'s tracer (else the
-    global providers): the same keywords, the same meaning."""
+    """:meth:`RolloutTracer.trajectory` on :func:`default_tracer`."""
     return default_tracer().trajectory(
         trajectory_id, env=env, model=model, attributes=attributes, instance_id=instance_id,
         repetition_id=repetition_id, group_id=group_id, agent=agent,
@@ -388,7 +384,22 @@ def batch(
     attributes: Mapping[str, AttributeValue] | None = None,
     batch_id: str | None = None,
     nest: bool = False,
+    concurrency: int | None = None,
 ) -> BatchScope:
-    """:meth:`RolloutTracer.batch` on the global ``configure()``'s tracer (else the global
-    providers)."""
-    return default_tracer().batch(step, attributes=attributes, batch_id=batch_id, nest=nest)
+    """:meth:`RolloutTracer.batch` on :func:`default_tracer`."""
+    return default_tracer().batch(
+        step, attributes=attributes, batch_id=batch_id, nest=nest, concurrency=concurrency
+    )
+
+
+def step(
+    step: int | None = None,
+    *,
+    trainer: str | None = None,
+    policy_version: int | None = None,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> StepScope:
+    """:meth:`RolloutTracer.step` on :func:`default_tracer`."""
+    return default_tracer().step(
+        step, trainer=trainer, policy_version=policy_version, attributes=attributes
+    )

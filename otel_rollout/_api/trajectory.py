@@ -1,32 +1,38 @@
-"""The handle on a trajectory in flight: phase scopes opened from it (with their GenAI
-attributes), rewards, status and attributes on its root. It never raises into the loop.
-
-What users plausibly pass (``None``, strings, lists for n > 1 samples, NaN) is converted
-(:mod:`otel_rollout._base.coerce`); what is not meaningful is dropped with a warning logged
-once per kind.
-"""
+"""The handle on a trajectory in flight: phase scopes opened from it, rewards, status and
+attributes on its root. It never raises into the loop (:mod:`otel_rollout._base.coerce`).
+And ``otel_rollout.phase``: a phase of the current trajectory as a decorator or a context
+manager, doing nothing outside a trajectory."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from opentelemetry import _logs, trace
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout._api.phase_handles import _GENAI_SHORT, Generation, Phase
-from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _CURRENT, _PhaseScope
-from otel_rollout._api.recording import _evaluation
+from otel_rollout._api.phase_handles import (
+    _GENAI_SHORT,
+    Generation,
+    Phase,
+    _evaluation,
+    coerced,
+    phase_name,
+)
+from otel_rollout._api.phase_scope import _COUNT_STEP, _COUNT_TURN, _CURRENT, Scope, _PhaseScope
 from otel_rollout._base import coerce as C
 from otel_rollout._base import semconv as _semconv
 from otel_rollout._base.clock import now_ns
 from otel_rollout._base.errors import internal_error
 
+F = TypeVar("F", bound=Callable[..., Any])
 _COUNTS = frozenset(
     (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_REQUEST_MAX_TOKENS)
 )
@@ -38,25 +44,10 @@ class Trajectory:
     """A handle on one trajectory in flight: open phase spans from it."""
 
     __slots__ = (
-        "_clock",
-        "_ctx",
-        "_dup",
-        "_ended",
-        "_env_steps",
-        "_latest",
-        "_outer",
-        "_restore",
-        "_trace_int",
-        "_tracer",
-        "_turns",
-        "agent",
-        "breakdown",
-        "env_class",
-        "model",
-        "span",
-        "status",
-        "trajectory_id",
-    )
+        "_clock", "_ctx", "_dup", "_ended", "_env_steps", "_latest", "_logger", "_outer",
+        "_restore", "_trace_int", "_tracer", "_turns", "agent", "breakdown", "env_class",
+        "model", "span", "status", "trajectory_id",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -68,14 +59,14 @@ class Trajectory:
         agent: Any = None,
         mode: _semconv.Mode | None = None,
         clock: Callable[[], int] = now_ns,
+        logger: _logs.Logger | None = None,
     ) -> None:
         self._tracer = tracer
         self._clock = clock
-        #: Set by the tracer when a sampler dropped the root's attributes: restores a
-        #: phase's attributes after it starts.
+        self._logger = logger  # None: the global logger provider
+        #: Set by the tracer when a sampler dropped the root's attributes.
         self._restore: Callable[[Span, Mapping[str, Any]], None] | None = None
-        #: The context the trajectory started in: a trajectory started inside its block
-        #: starts there too, as a sibling (the tracer sets it).
+        #: The context it started in, where one started inside its block starts too.
         self._outer: otel_context.Context | None = None
         self.span = span
         self._trace_int = span.get_span_context().trace_id
@@ -104,7 +95,6 @@ class Trajectory:
         count: int,
         start_time: int | None,
     ) -> Span:
-        """Start one phase span (numbered by its counter) for a :class:`_PhaseScope`."""
         if count == _COUNT_TURN:
             attrs[A.TURN] = self._turns
             self._turns += 1
@@ -125,6 +115,11 @@ class Trajectory:
         return self._tracer
 
     @property
+    def logger(self) -> _logs.Logger | None:
+        """The logger of its rewards' events (``None``: the global logger provider's)."""
+        return self._logger
+
+    @property
     def trace_id(self) -> str:
         """The trajectory's trace id, 32 hex digits (as Jaeger and Tempo show it)."""
         return format(self.span.get_span_context().trace_id, "032x")
@@ -139,12 +134,8 @@ class Trajectory:
         return self._scope(A.SPAN_ENV_SETUP, A.PHASE_ENV_SETUP, attributes, Phase)
 
     def generate(self, **attributes: Any) -> _PhaseScope:
-        """One ``generate()`` call to the inference engine; yields a :class:`Generation`.
-
-        A CLIENT span with the GenAI inference attributes (``gen_ai.operation.name``
-        ``chat`` unless ``operation="text_completion"``, ``gen_ai.request.model``,
-        ``gen_ai.provider.name`` from ``provider=``, request parameters by short name).
-        """
+        """One ``generate()`` call to the inference engine: a GenAI CLIENT span whose
+        request parameters go by short name (``provider=``, ``temperature=``...)."""
         attrs: dict[str, Any] = {
             A.PHASE: A.PHASE_LLM,
             A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
@@ -178,10 +169,7 @@ class Trajectory:
             A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION,
             A.GEN_AI_CONVERSATION_ID: self.trajectory_id,
         }
-        for key, value in attributes.items():
-            value = C.to_attribute(value)
-            if value is not None:
-                attrs[_TOOL_SHORT.get(key, key)] = value
+        attrs.update(coerced(attributes, _TOOL_SHORT))
         name = A.SPAN_ENV_STEP
         if self._latest:
             name = _semconv.tool_span_name(attrs[A.GEN_AI_TOOL_NAME])
@@ -197,22 +185,26 @@ class Trajectory:
 
     def phase(self, name: str, **attributes: Any) -> _PhaseScope:
         """A phase of your own (``reward``...): ``other`` unless the processor maps it."""
-        if not name or not isinstance(name, str):
-            raise ValueError(f"phase name must be a non-empty string, got {name!r}")
-        return self._scope(name, name, attributes, Phase)
+        return self._scope(phase_name(name), name, attributes, Phase)
+
+    def _open_phase(self, phase: str, **attributes: Any) -> _PhaseScope:
+        """A scope of ``phase``: a band's own verb (``llm`` is :meth:`generate`, ``env``
+        :meth:`env_step`...), else :meth:`phase`."""
+        verb = {
+            A.PHASE_LLM: self.generate,
+            A.PHASE_ENV: self.env_step,
+            A.PHASE_ENV_SETUP: self.env_setup,
+            A.PHASE_ENV_TEARDOWN: self.env_teardown,
+        }.get(phase)
+        return verb(**attributes) if verb is not None else self.phase(phase, **attributes)
 
     def set_reward(
         self, value: Any, *, name: str = A.REWARD_NAME, label: Any = None, explanation: Any = None
     ) -> float | None:
-        """Record a reward: the ``rollout.trajectory.reward`` attribute (``rollout.reward.
-        <name>`` for other names) and a ``gen_ai.evaluation.result`` event on the root.
-
-        Call it once per named reward (reward functions, judges). ``"1.0 (correct)"``
-        records 1.0; ``None`` or NaN record nothing. ``explanation`` is kept only when
-        content capture is opted in. Returns the score recorded.
-        """
+        """Record a reward (``rollout.trajectory.reward``, else ``rollout.reward.<name>``)
+        on the root and as a ``gen_ai.evaluation.result`` event; returns the score."""
         try:
-            return _evaluation(self.span, A.REWARD, value, name, label, explanation)
+            return _evaluation(self, A.REWARD, value, name, label, explanation)
         except Exception as exc:
             internal_error("Trajectory.set_reward", exc)
             return None
@@ -223,12 +215,8 @@ class Trajectory:
             self.span.set_attribute(key, value)
 
     def set_status(self, status: Any) -> None:
-        """Override the final status (``ok``, ``error``, ``cancelled``, ``timeout``...).
-
-        Metric attributes get a bounded value (:data:`~otel_rollout.attributes.STATUSES`:
-        the known status the text starts with, else ``other``); free text stays on the
-        root span as ``rollout.trajectory.status_detail``.
-        """
+        """Override the final status (``ok``, ``error``, ``cancelled``, ``timeout``...);
+        free text is bounded for metrics and kept as ``rollout.trajectory.status_detail``."""
         try:
             text = C.to_text(status, "status")
             if text is None:
@@ -247,15 +235,81 @@ class Trajectory:
     def _scope(
         self, name: str, phase: str, attributes: dict[str, Any], handle: type[Phase]
     ) -> _PhaseScope:
-        attrs: dict[str, Any] = {A.PHASE: phase}
-        for key, value in attributes.items():
-            value = C.to_attribute(value)
-            if value is not None:
-                attrs[key] = value
-        return _PhaseScope(self, name, attrs, handle)
+        return _PhaseScope(self, name, {A.PHASE: phase, **coerced(attributes)}, handle)
 
 
 def current_trajectory() -> Trajectory | None:
     """The trajectory whose block the caller is in, or ``None`` (never an ended one)."""
     traj = _CURRENT.get()
     return None if traj is None or traj._ended else traj
+
+
+class phase(Scope[Phase | None]):
+    """A phase of the current trajectory, as a decorator or a context manager.
+
+    ``@otel_rollout.phase("llm")`` on a function or coroutine function opens a phase span
+    around each call inside a trajectory (and does nothing outside one). Known names
+    (``llm``, ``env``, ``env_setup``, ``env_teardown``) use the standard span names. One
+    object may be shared: by concurrent tasks and threads, and entered again.
+    """
+
+    def __init__(self, name: str, **attributes: Any) -> None:
+        self.name = phase_name(name)
+        self.attributes = attributes
+        self._scopes: list[_PhaseScope | None] = []  # None: entered outside a trajectory
+
+    def _open(self) -> _PhaseScope | None:
+        traj = current_trajectory()
+        return None if traj is None else traj._open_phase(self.name, **self.attributes)
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                scope = self._open()
+                if scope is None:
+                    return await fn(*args, **kwargs)
+                with scope:
+                    return await fn(*args, **kwargs)
+
+            return cast(F, async_wrapper)  # functools.wraps keeps fn's signature
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            scope = self._open()
+            if scope is None:
+                return fn(*args, **kwargs)
+            with scope:
+                return fn(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    def __enter__(self) -> Phase | None:
+        scope = self._open()
+        if scope is None:
+            self._scopes.append(None)
+            return None
+        handle = scope.__enter__()
+        self._scopes.append(scope)
+        return handle
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        scope = self._pop()
+        if scope is not None:
+            scope.__exit__(exc_type, exc, tb)
+
+    def _pop(self) -> _PhaseScope | None:
+        """The scope this context entered (its span is current), else the latest."""
+        scopes = self._scopes
+        if not scopes:
+            return None
+        current = trace.get_current_span()
+        for scope in reversed(scopes):
+            if scope is not None and scope._open and scope._open[-1][0].span is current:
+                scopes.remove(scope)
+                return scope
+        if None in scopes:  # a context that entered outside any trajectory
+            scopes.remove(None)
+            return None
+        return scopes.pop()

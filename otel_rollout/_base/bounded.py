@@ -1,12 +1,7 @@
-"""A call that the caller waits for at most a timeout.
-
-The SDK's ``BatchSpanProcessor.force_flush(timeout)`` exports its whole queue in the
-caller's thread whatever the timeout, and with the endpoint down every batch waits out
-the exporter's retries: a trainer's ``force_flush(5)`` at the end of a step could take a
-minute. :class:`BoundedCall` runs such a call on a thread of its own and waits at most
-the timeout for it. A call that runs out of time returns False and the work goes on in
-the background; the next call waits for that run first, so runs never pile up.
-"""
+"""A call that the caller waits for at most a timeout: the SDK's
+``BatchSpanProcessor.force_flush(timeout)`` exports its whole queue in the caller's thread
+whatever the timeout (a minute, with the endpoint down). :class:`BoundedCall` runs it on a
+thread of its own; the next call waits for a run still going, so runs never pile up."""
 
 from __future__ import annotations
 
@@ -51,7 +46,7 @@ class BoundedCall:
             with self._lock:
                 run = self._run
                 mine = run is None or not run.is_alive()
-                if mine:
+                if run is None or mine:
                     run = self._run = _Run(self._fn, left, self._name)
                     run.start()
             run.join(left)
@@ -61,3 +56,26 @@ class BoundedCall:
                 return run.ok
             # That was an earlier call's run, still going when this call came: what ended
             # since may not be in it, so this call makes a run of its own.
+
+
+class _Done:
+    """A finished run, for :func:`start`'s callers: ``join`` returns at once."""
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def start(fn: Callable[[], Any], name: str) -> threading.Thread | _Done:
+    """Run ``fn()`` on a daemon thread; returns something to ``join(timeout)``. Where the
+    interpreter refuses a new thread (exit hooks on Python 3.12.0 and 3.12.1), ``fn`` runs
+    before this returns, unbounded, rather than not at all."""
+    try:
+        thread = threading.Thread(target=fn, name=name, daemon=True)
+        thread.start()
+        return thread
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        fn()
+        return _Done()

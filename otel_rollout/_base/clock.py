@@ -1,13 +1,6 @@
-"""Span times: the wall clock read once, then moved by the monotonic clock.
-
-Span timestamps are epoch nanoseconds, but a duration taken as the difference of two
-wall-clock readings is wrong whenever the wall clock steps (NTP stepping a drifted
-clock, an operator's ``date -s``): 10 s back turns a trajectory into e2e 0, an hour
-forward makes it an hour long. :func:`now_ns` reads the wall clock once, at import, and
-from then on adds the monotonic clock's progress: a step moves no duration (this
-process's timestamps keep their offset from that first reading instead). Forked
-children share the anchor (the monotonic clock is the machine's).
-"""
+"""Span times: the wall clock read once, at import, then moved by the monotonic clock, so
+that a wall-clock step (NTP, ``date -s``) moves no duration (docs/reliability.md). Forked
+children share the anchor."""
 
 from __future__ import annotations
 

@@ -17,13 +17,8 @@ _NUMBER = re.compile(r"\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _drop(what: str, value: Any, why: str) -> None:
-    warn_once(
-        f"coerce:{what}:{why}",
-        "otel-rollout: %s %s (%s); not recorded (reported once per kind)",
-        what,
-        _safe_repr(value),
-        why,
-    )
+    warn_once(f"coerce:{what}:{why}", "otel-rollout: %s %s (%s); not recorded (reported once "
+              "per kind)", what, _safe_repr(value), why)  # fmt: skip
 
 
 def _safe_repr(value: Any) -> str:
@@ -82,22 +77,11 @@ def to_count(value: Any, what: str) -> int | None:
     if isinstance(value, bool):
         _drop(what, value, "a bool, not a count")
         return None
-    if isinstance(value, int):
-        if value < 0:
-            _drop(what, value, "negative")
-            return None
-        return value
-    number = _number(value)
-    if number is None:
-        _drop(what, value, "not a number")
-        return None
-    if not math.isfinite(number):
-        _drop(what, value, "not finite")
-        return None
-    if number < 0:
+    number = value if isinstance(value, int) else to_score(value, what)
+    if number is not None and number < 0:
         _drop(what, value, "negative")
         return None
-    return round(number)
+    return None if number is None else round(number)
 
 
 def _is_array(value: Any) -> bool:

@@ -34,21 +34,12 @@ def internal_error(where: str, exc: BaseException) -> None:
         first = key not in _seen
         _seen.add(key)
     if first:
-        logger.warning(
-            "otel-rollout: internal error in %s (reported once per kind): %r",
-            where,
-            exc,
-            exc_info=exc,
-        )
+        logger.warning("otel-rollout: internal error in %s (reported once per kind): %r", where,
+                       exc, exc_info=exc)  # fmt: skip
 
 
-def warn_once(
-    key: str,
-    message: str,
-    *args: object,
-    level: int = logging.WARNING,
-    log: logging.Logger | None = None,
-) -> bool:
+def warn_once(key: str, message: str, *args: object, level: int = logging.WARNING,
+              log: logging.Logger | None = None) -> bool:  # fmt: skip
     """Log ``message`` (at ``level``, on ``log``) the first time ``key`` is seen in this
     process; returns whether it logged."""
     with _lock:

@@ -1,10 +1,5 @@
-"""Process state that a forked child must not inherit.
-
-A child made by ``fork`` gets copies of the parent's counters, queues and buffers, but
-not its threads: a parent's full export queue would make the child drop every span, and
-a parent's buffered trajectories would be reported twice. Objects holding such state
-register a reset that runs in the child (the parent's own state is untouched).
-"""
+"""Process state a forked child must not inherit (a parent's full export queue, its
+buffered trajectories): objects holding such state register a reset run in the child."""
 
 from __future__ import annotations
 
@@ -21,8 +16,6 @@ def reset_in_child(obj: Any, reset: Callable[[Any], None]) -> None:
     Holds ``obj`` weakly, so registering does not keep it alive (``os.register_at_fork``
     hooks are never removed).
     """
-    if not hasattr(os, "register_at_fork"):  # pragma: no cover - Windows
-        return
     ref = weakref.ref(obj)
 
     def after_in_child() -> None:

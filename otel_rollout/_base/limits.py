@@ -1,18 +1,16 @@
-"""otel-rollout's own attributes survive the span attribute limit.
-
-Past ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` (128 by default) the SDK evicts a span's oldest
-attribute for each new one: ``rollout.trajectory.id``, set first, would go first, and
-``otel-rollout report`` would no longer know the root. So when a span has dropped
-attributes, the ones otel-rollout needs are set again just before it ends, the most
-needed last (the newest survive any limit), and the user is told once, with a count. The
-SDK's own warning, one line per attribute dropped, is filtered out in its place.
-"""
+"""otel-rollout's own attributes survive the span attribute limit
+(``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, 128): the SDK evicts a span's oldest attribute for each
+new one, so where a span dropped some, the ones otel-rollout needs are set again just before
+it ends, the most needed last, and the user is told once, with a count (the SDK's warning
+per attribute is filtered out)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+from opentelemetry.sdk.trace import SpanLimits
 
 from otel_rollout import attributes as A
 from otel_rollout._base.errors import warn_once
@@ -41,7 +39,7 @@ _SDK_MESSAGE = "Attributes dict is full"
 
 def dropped(span: Any) -> int:
     """How many attributes ``span`` (an SDK span) has dropped so far; 0 if unknown."""
-    return getattr(getattr(span, "_attributes", None), "dropped", 0) or 0
+    return getattr(span, "dropped_attributes", 0) or 0
 
 
 def own_last(values: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -62,7 +60,7 @@ def keep(span: Any, values: Mapping[str, Any], keys: tuple[str, ...]) -> int:
         again = {k: values[k] for k in keys if values.get(k) is not None}
         if again:
             span.set_attributes(again)
-        limit = getattr(getattr(span, "_attributes", None), "maxlen", None)
+        limit = SpanLimits().max_span_attributes  # the process's limit, as configured
         warn_once(
             "attribute-limit",
             "otel-rollout: a span dropped %d attributes past the span attribute limit (%s, "
@@ -77,17 +75,13 @@ def keep(span: Any, values: Mapping[str, Any], keys: tuple[str, ...]) -> int:
     return n
 
 
-class _SdkDropWarnings(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_SDK_MESSAGE)
-
-
-_FILTER = _SdkDropWarnings()
+def _not_sdk_drop_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_SDK_MESSAGE)
 
 
 def quiet_sdk_drop_warnings() -> None:
     """Filter out the SDK's warning per attribute dropped (10,000 attributes on one span:
     10,000 lines); :func:`keep` says it once, with the count. Idempotent."""
     logger = logging.getLogger(_SDK_LOGGER)
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
+    if _not_sdk_drop_warning not in logger.filters:
+        logger.addFilter(_not_sdk_drop_warning)

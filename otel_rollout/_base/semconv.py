@@ -1,15 +1,6 @@
-"""GenAI semantic conventions: the opt-in, span names, and bounded metric values.
-
-Attributes of the conventions are always written (they are additive). What the
-``OTEL_SEMCONV_STABILITY_OPT_IN`` variable changes (a comma-separated list):
-
-* ``gen_ai_latest_experimental``: span names follow the conventions
-  (``invoke_agent {agent}``, ``{operation} {model}``, ``execute_tool {tool}``) instead of
-  today's constants (``trajectory``, ``generate``, ``env_step``).
-* ``gen_ai/dup``: the deprecated attributes (``gen_ai.system``) are written too.
-
-Accounting never depends on span names: it keys on ``rollout.phase``.
-"""
+"""GenAI semantic conventions: the ``OTEL_SEMCONV_STABILITY_OPT_IN`` opt-in (span names
+after the conventions, deprecated attributes too: docs/semconv.md), span names, and bounded
+metric values. Accounting never depends on span names: it keys on ``rollout.phase``."""
 
 from __future__ import annotations
 

@@ -26,19 +26,6 @@ class TraceSpans:
         if span.parent is not None:
             self.children.setdefault(span.parent.span_id, []).append(sid)
 
-    def take_subtree(self, root_id: int) -> list[ReadableSpan]:
-        """Remove and return the buffered descendants of ``root_id`` (not the root)."""
-        out: list[ReadableSpan] = []
-        stack = list(self.children.pop(root_id, ()))
-        while stack:
-            sid = stack.pop()
-            span = self.spans.pop(sid, None)
-            if span is None:
-                continue
-            out.append(span)
-            stack.extend(self.children.pop(sid, ()))
-        return out
-
 
 class SpanBuffer:
     """Spans per trace, oldest trace first, at most ``max_spans`` in all.
@@ -79,7 +66,13 @@ class SpanBuffer:
         trace = self._traces.get(trace_id)
         if trace is None:
             return []
-        out = trace.take_subtree(root_id)
+        out: list[ReadableSpan] = []
+        stack = list(trace.children.pop(root_id, ()))
+        while stack:
+            span = trace.spans.pop(sid := stack.pop(), None)
+            if span is not None:
+                out.append(span)
+                stack.extend(trace.children.pop(sid, ()))
         root = trace.spans.pop(root_id, None)
         if with_root and root is not None:
             out.append(root)

@@ -37,3 +37,12 @@ def escape_stream_errors(stream: Any) -> None:
     if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
         with contextlib.suppress(ValueError, OSError, TypeError):
             reconfigure(errors="backslashreplace")
+
+
+def mid(text: str, n: int) -> str:
+    """An id shortened to ``n`` characters in its middle, so its start and its index (the
+    end: ``gsm8k_multi_turn-45`` -> ``gsm8k_m…turn-45``) stay."""
+    if len(text) <= n:
+        return text
+    tail = (n - 1) // 2
+    return text[: n - 1 - tail] + "…" + text[len(text) - tail :]

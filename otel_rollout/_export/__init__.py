@@ -1,3 +1,3 @@
-"""Export: the guarded batch export, loss counts, the release buffer, the trace file and
+"""Export: the guarded batch export, loss counts, the trace file and
 the console.
 """

@@ -1,65 +1,121 @@
-"""Export that cannot hurt the trainer: every lost span counted, each outage logged once.
+"""Export that cannot hurt the trainer: the SDK's ``BatchSpanProcessor`` and exporter, each
+wrapped by a small class that counts (as logfire's ``WrapperSpanProcessor`` does).
 
-``guarded_batch_processor(exporter, meter_provider)`` returns a batch span processor whose
-exporter never raises and whose losses (queue full while the endpoint is slow or down,
-batches the exporter gave up on) are counted in ``rollout.export.dropped`` and in
-:class:`ExportStats`. A failing endpoint is logged once when the outage starts and once
-when export resumes, with the number of spans lost in between, never once per span.
-
-``guarded_metric_exporter`` (in :mod:`otel_rollout._export.metric_export`) does the same for
-metric exports.
+The processor admits a span only while fewer than the queue size wait, so the SDK's queue
+never overflows: a span that finds it full is dropped and counted here, never waited for.
+Every sampled span ends in one count of :class:`ExportStats`; an outage is logged once when
+it starts and once when export resumes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
+from opentelemetry import metrics
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_rollout import attributes as A
 from otel_rollout._base.bounded import BoundedCall
-from otel_rollout._base.quiet import _quiet, _quiet_loggers_of
-from otel_rollout._export.backlog import BACKLOG_ABOVE, Backlog
-from otel_rollout._export.counts import (
-    REASON_AFTER_SHUTDOWN,
-    REASON_EXPORT_FAILED,
-    REASON_QUEUE_FULL,
-    REASON_SHUTDOWN_TIMEOUT,
-    ExportCounts,
-    ExportStats,
-)
-from otel_rollout._export.metric_export import guarded_metric_exporter
-from otel_rollout._export.release import KeptRelease
+from otel_rollout._base.fork import reset_in_child
 
 _log = logging.getLogger("otel_rollout.export")
+_DROPPED = A.METRIC_EXPORT_DROPPED
 
-#: Spans waiting in the queue beyond which an exporter taking compact records (the trace
-#: file) gets those instead of spans: a record costs the agent thread a little to make,
-#: and spares the garbage collector a queue of span objects (about ten tracked objects a
-#: span); the queue of a writer that keeps up stays below this. Past
-#: ``backlog.BACKLOG_ABOVE`` they wait in chunks (:class:`~.backlog.Backlog`).
-COMPACT_ABOVE = 512
-
-#: How long ``shutdown()`` of the batch processor spends exporting held kept traces at
-#: most (``Rollout.shutdown(timeout_s)`` bounds it further).
-SHUTDOWN_DRAIN_S = 30.0
+# An exporter's own per-batch error logs, silenced while an outage is already reported: the
+# filter acts only on this thread, inside an export already known to fail.
+_quiet = threading.local()
+_quieted_loggers: set[str] = set()
 
 
-class _GuardedExporter(SpanExporter):
+def _quiet_loggers_of(exporter: Any) -> None:
+    for cls in type(exporter).__mro__:  # the exporter logs from its modules (and bases')
+        name = cls.__module__
+        if name.startswith("opentelemetry.exporter") and name not in _quieted_loggers:
+            _quieted_loggers.add(name)
+            logging.getLogger(name).addFilter(lambda _: not getattr(_quiet, "on", False))
+
+
+#: The reasons a span is dropped (``reason`` of ``rollout.export.dropped``).
+REASONS = ("queue_full", "export_failed", "after_shutdown", "shutdown_timeout", "kept_overflow")
+(REASON_QUEUE_FULL, REASON_EXPORT_FAILED, REASON_AFTER_SHUTDOWN, REASON_SHUTDOWN_TIMEOUT,
+ REASON_KEPT_OVERFLOW) = REASONS  # fmt: skip
+
+
+@dataclass
+class ExportStats:
+    """Span counts of one export pipeline since it was built (sampled spans only).
+
+    Every span handed to the pipeline is in exactly one count: exported, pending (queued),
+    in flight (handed to the exporter), or dropped for one reason (docs/reliability.md).
+    """
+
+    exported: int = 0
+    dropped_queue_full: int = 0
+    dropped_export_failed: int = 0
+    pending: int = 0
+    dropped_after_shutdown: int = 0
+    dropped_shutdown_timeout: int = 0
+    in_flight: int = 0
+    dropped_kept_overflow: int = 0
+    #: trajectories (not spans) the breakdown processor evicted before their root ended:
+    #: never measured; not in ``dropped``
+    trajectories_evicted: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.losses().values())
+
+    def losses(self) -> dict[str, int]:
+        """Spans dropped, by reason."""
+        return {why: getattr(self, f"dropped_{why}") for why in REASONS}
+
+    def __add__(self, other: ExportStats) -> ExportStats:
+        return ExportStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+class ExportCounts:
+    def __init__(self, meter_provider: metrics.MeterProvider | None, target: str) -> None:
+        self.target = target
+        self._counter = None if meter_provider is None else meter_provider.get_meter(
+            "otel_rollout").create_counter(A.METRIC_EXPORT_DROPPED, unit="{span}",
+            description="Spans lost before reaching the trace backend, by reason")  # fmt: skip
+        self._reset()
+        # a child forked while the parent's queue was full would drop every span it ends
+        reset_in_child(self, ExportCounts._reset)
+
+    def _reset(self) -> None:
+        self.lock = threading.Lock()
+        self.stats = ExportStats()
+        self.failing = self.queue_warned = self.after_warned = False
+        self.closed = False  # shutdown() was called: spans ending now are not exported
+        self.lost_since_success = 0
+        self.abandoned = 0  # queued spans already counted lost when shutdown() gave up
+        self.epoch = 0  # bumped by each abandon(): in-flight batches were counted lost too
+
+    def drop(self, n: int, reason: str) -> None:
+        if self._counter is not None and n:
+            with contextlib.suppress(Exception):  # a metrics failure is no export failure
+                self._counter.add(n, {A.EXPORT_REASON: reason})
+
+
+class CountingExporter(SpanExporter):
+    """Wraps an exporter: counts what it exports and fails, never raises."""
+
     def __init__(self, inner: SpanExporter, counts: ExportCounts) -> None:
-        self._inner = inner
+        self.inner = inner
         self._counts = counts
         _quiet_loggers_of(inner)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        c = self._counts
-        n = len(spans)
+        c, n = self._counts, len(spans)
         with c.lock:
             # after shutdown() gave up, what is still exported was already counted lost
             late = min(n, c.abandoned)
@@ -71,23 +127,18 @@ class _GuardedExporter(SpanExporter):
             _quiet.on = c.failing
         error = None
         try:
-            result = self._inner.export(spans)
+            result = self.inner.export(spans)
         except Exception as exc:
             result, error = SpanExportResult.FAILURE, exc
         finally:
             _quiet.on = False
-        after = c.after_export
-        if after is not None:  # room in the queue: held kept traces move in
-            try:
-                after()
-            except Exception as exc:
-                _log.debug("otel-rollout: releasing kept traces failed: %r", exc)
+        ok = result is SpanExportResult.SUCCESS
         with c.lock:
             if c.epoch != epoch:  # abandon() ran meanwhile and counted this batch lost
                 late = n
             else:
                 c.stats.in_flight -= mine
-            if result is SpanExportResult.SUCCESS:
+            if ok:
                 c.stats.exported += n
                 c.stats.dropped_shutdown_timeout -= late  # not lost after all
                 resumed, lost = c.failing, c.lost_since_success
@@ -95,83 +146,56 @@ class _GuardedExporter(SpanExporter):
             else:
                 n -= late
                 c.stats.dropped_export_failed += n
-                started = not c.failing
-                c.failing = True
+                started, c.failing = not c.failing, True
                 c.lost_since_success += n
-        if result is SpanExportResult.SUCCESS:
+        if ok:
             if resumed:
-                _log.warning(
-                    "otel-rollout: trace export to %s resumed; %d spans were lost since it "
-                    "last succeeded (counted in %s)", c.target, lost, A.METRIC_EXPORT_DROPPED,
-                )  # fmt: skip
+                _log.warning("otel-rollout: trace export to %s resumed; %d spans were lost "
+                             "since it last succeeded (counted in %s)", c.target, lost,
+                             _DROPPED)  # fmt: skip
             return result
         c.drop(n, REASON_EXPORT_FAILED)
         if started:
             why = f": {type(error).__name__}: {error}" if error is not None else ""
-            _log.warning(
-                "otel-rollout: trace export to %s failed%s; spans are dropped and counted in "
-                "%s until it recovers (logged again only when it does)",
-                c.target, why, A.METRIC_EXPORT_DROPPED,
-            )  # fmt: skip
+            _log.warning("otel-rollout: trace export to %s failed%s; spans are dropped and "
+                         "counted in %s until it recovers (logged again only when it does)",
+                         c.target, why, _DROPPED)  # fmt: skip
         return result
 
     def shutdown(self) -> None:
         try:
-            self._inner.shutdown()
+            self.inner.shutdown()
         except Exception as exc:
             _log.warning("otel-rollout: exporter shutdown failed: %s", exc)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         try:
-            return bool(self._inner.force_flush(timeout_millis))
+            return bool(self.inner.force_flush(timeout_millis))
         except Exception:
             return False
 
 
-class _CountingBatchProcessor(SpanProcessor):
-    """A BatchSpanProcessor that knows how full its queue is, so it can count what it drops."""
+class CountingProcessor(SpanProcessor):
+    """Wraps the SDK's ``BatchSpanProcessor``: admits a span only while its queue has
+    room, and counts every span it does not admit."""
 
     def __init__(self, exporter: SpanExporter, counts: ExportCounts, max_queue_size: int,
-                 kept_reserve: int = 0, kept_release: int | None = None,
                  **batch: Any) -> None:  # fmt: skip
         self._counts = counts
-        self._exporter = exporter
         self._max = max_queue_size
-        # Room beyond the queue for spans released by tail keep (on_end_kept): a burst of
-        # failures releases far more at once than the queue holds for ordinary traffic.
-        self._kept_max = max_queue_size + max(0, kept_reserve)
-        max_queue_size = self._kept_max
+        self.exporter = CountingExporter(exporter, counts)
         try:
-            self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size, **batch)
+            self._batch = BatchSpanProcessor(self.exporter, max_queue_size=max_queue_size,
+                                             **batch)  # fmt: skip
         except ValueError as exc:  # e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE above the queue size
-            batch_size = min(512, max_queue_size)
+            size = min(512, max_queue_size)
             warnings.warn(f"otel-rollout: batch span processor settings rejected ({exc}); "
-                          f"using a batch size of {batch_size}", stacklevel=4)  # fmt: skip
-            self._batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size,
-                                             max_export_batch_size=batch_size)  # fmt: skip
-        # An exporter that takes compact records of spans (the trace file: see
-        # otlp_compact.compact_span) has them queued instead once the queue is long.
-        inner = getattr(exporter, "_inner", exporter)
-        self._compact = getattr(inner, "compact", None)
-        inner_batch = getattr(self._batch, "_batch_processor", None)
-        self._emit = getattr(inner_batch, "emit", None)
-        self._queue = getattr(inner_batch, "_queue", None)
-        if self._emit is None or self._queue is None:  # an SDK without them: spans are
-            self._compact = None  # queued as they are
-        # Past BACKLOG_ABOVE waiting, records wait in chunks behind the queue; the
-        # exporter's thread moves them in after each export.
-        self._backlog = Backlog(self._emit) if self._compact is not None else None
+                          f"using a batch size of {size}", stacklevel=4)  # fmt: skip
+            self._batch = BatchSpanProcessor(self.exporter, max_queue_size=max_queue_size,
+                                             max_export_batch_size=size)  # fmt: skip
         # The SDK's force_flush exports the whole queue in the caller's thread, whatever
         # its timeout: run on a thread of its own, the caller waits at most the timeout.
         self._flush_queue = BoundedCall(lambda _: self._batch.force_flush(), "otel-rollout-flush")
-        # Tail-kept traces that do not fit wait here, whole, for room (None: no buffer).
-        self._release: KeptRelease | None = None
-        if kept_release is not None:
-            # what it holds and releases is compacted as the queue's own spans are
-            self._release = KeptRelease(counts, self._kept_max, kept_release,
-                                        self._release_one, self._compact)  # fmt: skip
-        if self._release is not None or self._backlog is not None:
-            counts.after_export = self._after_export
 
     @property
     def stats(self) -> ExportStats:
@@ -182,158 +206,56 @@ class _CountingBatchProcessor(SpanProcessor):
         self._batch.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._release is None:
-            self._enqueue(span, self._max)
-            return
-        # Below 100% sampling a sampled span that finds the queue full waits, behind the
-        # kept traces, in the release buffer too: a failure burst loses neither.
-        self._offer([span], kept=False)
-
-    def on_end_kept(self, span: ReadableSpan) -> None:
-        """A span released by tail keep: it may also use the reserve beyond the queue."""
-        if self._release is None:
-            self._enqueue(span, self._kept_max)
-        else:
-            self._offer([span], kept=True)
+        if span.context.trace_flags.sampled and self._admit(1, REASON_QUEUE_FULL):
+            self._batch.on_end(span)
 
     def on_end_kept_trace(self, spans: Sequence[ReadableSpan]) -> None:
-        """A trace released whole by tail keep: queued, or held in the release buffer
-        until the queue has room for it, or (the buffer full) dropped whole and counted
-        as ``kept_overflow``."""
-        if self._release is None:
+        """A trace tail keep released: admitted whole, or dropped whole (``kept_overflow``)."""
+        if self._admit(len(spans), REASON_KEPT_OVERFLOW):
             for span in spans:
-                self._enqueue(span, self._kept_max)
-        else:
-            self._offer(spans, kept=True)
+                self._batch.on_end(span)
 
-    def release_kept(self) -> None:
-        """Move held spans into the queue if it has room (cheap when none are held)."""
-        if self._release is not None and self._release.held:
-            self._release.release()
-
-    def _after_export(self) -> None:
-        """Room in the queue (an export took a batch): held kept traces and the backlog
-        move in."""
-        if self._release is not None and self._release.held:
-            self._release.release()
-        backlog = self._backlog
-        if backlog is not None and len(backlog):
-            backlog.move(BACKLOG_ABOVE - len(self._queue))
-
-    def _offer(self, spans: Sequence[ReadableSpan], *, kept: bool) -> None:
-        spans = [s for s in spans if s.context.trace_flags.sampled]
-        if not spans or self._dropped_closed(len(spans)):
-            return
-        if not self._release.offer(spans, kept=kept):  # type: ignore[union-attr]
-            self._dropped_full(len(spans))  # an ordinary span: queue and buffer full
-
-    def _drain_kept(self, timeout_s: float) -> None:
-        if self._release is not None and self._release.held:
-            self._release.drain(self._flush_queue, timeout_s)
-
-    def _enqueue(self, span: ReadableSpan, limit: int) -> None:
-        if not span.context.trace_flags.sampled:
-            return  # the batch processor would skip it too
-        if self._dropped_closed(1):
-            return
+    def _admit(self, n: int, reason: str) -> bool:
+        """Count ``n`` spans into the queue (True), or as dropped for ``reason`` or after
+        shutdown (False)."""
         c = self._counts
         with c.lock:
-            pending = c.stats.pending
-            full = pending >= limit
-            if not full:
-                c.stats.pending += 1
-        if full:
-            self._dropped_full(1)
-            return
-        self._put(span, pending)
-
-    def _release_one(self, span: Any) -> None:
-        """A span (or compact record) tail keep released, counted in ``pending``."""
-        backlog = self._backlog
-        if backlog is None:
-            self._batch.on_end(span)
-        else:
-            self._put(span, len(self._queue) + len(backlog))  # type: ignore[arg-type]
-
-    def _put(self, span: Any, pending: int) -> None:
-        """Hand ``span`` (or its compact record), counted in ``pending``, to the queue,
-        ``pending`` spans waiting ahead of it: past COMPACT_ABOVE as a record, past
-        BACKLOG_ABOVE into the backlog."""
-        backlog = self._backlog
-        if backlog is not None and pending < BACKLOG_ABOVE and len(backlog):
-            # the queue drained while records were still added (a race with the
-            # exporter's thread, which moves them after each export): they go first
-            backlog.move(BACKLOG_ABOVE)
-        record = span
-        if self._compact is not None and (pending >= COMPACT_ABOVE or type(span) is tuple):
-            if type(span) is not tuple:  # see COMPACT_ABOVE
-                record = self._compact(span)
-            if pending >= BACKLOG_ABOVE and backlog.add(record):  # type: ignore[union-attr]
-                return
-            if type(record) is tuple:
-                self._emit(record)
-                return
-        self._batch.on_end(record)
-
-    def _dropped_closed(self, n: int) -> bool:
-        """Count ``n`` spans ending after shutdown() as lost; False if it was not called."""
-        c = self._counts
-        with c.lock:
-            closed = c.closed
-            if closed:
-                c.stats.dropped_after_shutdown += n
+            if c.closed:
+                reason = REASON_AFTER_SHUTDOWN
                 first, c.after_warned = not c.after_warned, True
-        if closed:
-            c.drop(n, REASON_AFTER_SHUTDOWN)
-            if first:
-                _log.warning(
-                    "otel-rollout: spans ending after shutdown() are not exported to %s; "
-                    "they are dropped and counted in %s (logged once)",
-                    c.target, A.METRIC_EXPORT_DROPPED,
-                )  # fmt: skip
-        return closed
-
-    def _dropped_full(self, n: int) -> None:
-        # dropped here, counted, instead of a warning per span from the SDK
-        c = self._counts
-        with c.lock:
-            c.stats.dropped_queue_full += n
-            c.lost_since_success += n
-            # Logged once, and not during an outage already reported as such.
-            first = not c.queue_warned and not c.failing
-            c.queue_warned = c.queue_warned or first
-        c.drop(n, REASON_QUEUE_FULL)
-        if first:
-            _log.warning(
-                "otel-rollout: the export queue (%d spans) is full: %s takes spans slower "
-                "than they end; new spans are dropped and counted in %s (logged once)",
-                self._max, c.target, A.METRIC_EXPORT_DROPPED,
-            )  # fmt: skip
+            elif c.stats.pending + n > self._max:
+                c.lost_since_success += n
+                # logged once, and not during an outage already reported as such
+                first = not c.queue_warned and not c.failing
+                c.queue_warned = c.queue_warned or first
+            else:
+                c.stats.pending += n
+                return True
+            field = f"dropped_{reason}"
+            setattr(c.stats, field, getattr(c.stats, field) + n)
+        c.drop(n, reason)
+        if first and reason == REASON_AFTER_SHUTDOWN:
+            _log.warning("otel-rollout: spans ending after shutdown() are not exported to %s; "
+                         "they are dropped and counted in %s (logged once)", c.target,
+                         _DROPPED)  # fmt: skip
+        elif first:
+            _log.warning("otel-rollout: the export queue (%d spans) is full: %s takes spans "
+                         "slower than they end; new spans are dropped and counted in %s "
+                         "(logged once)", self._max, c.target, _DROPPED)  # fmt: skip
+        return False
 
     def shutdown(self) -> None:
-        # kept traces still held are exported first (Rollout.shutdown bounds the wait:
-        # abandon() counts what is left and empties the buffer)
-        self._drain_kept(SHUTDOWN_DRAIN_S)
         with self._counts.lock:
             self._counts.closed = True
-        if self._backlog is not None:  # the batch processor exports its queue at shutdown
-            self._backlog.close()
-        self._batch.shutdown()
-        if self._release is not None:  # the drain ran out of time
-            n = self._release.abandon()
-            if n:
-                with self._counts.lock:
-                    self._counts.stats.dropped_shutdown_timeout += n
-                self._counts.drop(n, REASON_SHUTDOWN_TIMEOUT)
+        self._batch.shutdown()  # exports what is queued
 
     def abandon(self) -> int:
-        """Count the spans still queued as lost (``shutdown_timeout``): ``shutdown()``
-        stopped waiting for them. Should they still reach the exporter, they move to
-        ``exported`` (or stay lost if that export fails). Returns how many."""
+        """Count the spans still queued or in flight as lost (``shutdown_timeout``):
+        ``shutdown()`` stopped waiting. Should they still be exported, they move to
+        ``exported``. Returns how many."""
         c = self._counts
-        held = self._release.abandon() if self._release is not None else 0
         with c.lock:
-            n = c.stats.pending + c.stats.in_flight + held
+            n = c.stats.pending + c.stats.in_flight
             c.stats.dropped_shutdown_timeout += n
             c.abandoned += c.stats.pending
             c.stats.pending = c.stats.in_flight = 0
@@ -342,53 +264,100 @@ class _CountingBatchProcessor(SpanProcessor):
         return n
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export what is queued and held; False when ``timeout_millis`` ran out first (the
-        export goes on in the background, the next call waits for it)."""
+        """Export what is queued; False when ``timeout_millis`` ran out first (the export
+        goes on in the background, the next call waits for it)."""
         start = time.monotonic()
-        if self._backlog is not None and len(self._backlog):  # the queue then is not empty
-            self._backlog.move(BACKLOG_ABOVE)
-        self._drain_kept(timeout_millis / 1000)
-        ok = self._flush_queue(max(0.0, timeout_millis / 1000 - (time.monotonic() - start)))
-        if self._release is not None and self._release.held:
-            ok = False  # kept traces still wait: the timeout ran out
-        timeout_millis = max(0, int(timeout_millis - (time.monotonic() - start) * 1000))
+        ok = self._flush_queue(timeout_millis / 1000)
+        left = max(0, int(timeout_millis - (time.monotonic() - start) * 1000))
         # the SDK's batch processor does not flush its exporter (a trace file then states
         # the losses counted since its last write)
-        return bool(self._exporter.force_flush(timeout_millis)) and ok
+        return self.exporter.force_flush(left) and ok
 
 
-def guarded_batch_processor(
-    exporter: SpanExporter,
-    meter_provider: Any = None,
-    *,
-    target: str = "the trace endpoint",
-    max_queue_size: int | None = None,
-    kept_reserve: int = 0,
-    kept_release: int | None = None,
-    **batch: Any,
-) -> _CountingBatchProcessor:
+def guarded_span_processor(exporter: SpanExporter,
+                           meter_provider: metrics.MeterProvider | None = None, *,
+                           target: str = "the trace endpoint", max_queue_size: int | None = None,
+                           **batch: Any) -> CountingProcessor:  # fmt: skip
     """A batch span processor over ``exporter`` that counts and logs loss, never raises.
 
     ``max_queue_size`` defaults to ``OTEL_BSP_MAX_QUEUE_SIZE`` or 2048 like the SDK's;
-    ``kept_reserve`` more spans fit for those a tail keep releases (``on_end_kept``);
-    ``kept_release``: the bound in spans of the buffer where tail-kept traces that do not
-    fit wait, whole, for room (``on_end_kept_trace``; None: no buffer, they are queued or
-    dropped span by span); other keyword arguments go to :class:`BatchSpanProcessor`.
-    The returned processor's ``stats`` is an :class:`ExportStats` snapshot.
+    other keyword arguments go to :class:`BatchSpanProcessor`.
     """
     if max_queue_size is None:
         from otel_rollout._settings.table import from_environment
 
         max_queue_size = from_environment("bsp_max_queue_size")
-    counts = ExportCounts(meter_provider, target)
-    return _CountingBatchProcessor(
-        _GuardedExporter(exporter, counts), counts, max_queue_size, kept_reserve,
-        kept_release, **batch,
-    )  # fmt: skip
+    return CountingProcessor(exporter, ExportCounts(meter_provider, target), max_queue_size,
+                             **batch)  # fmt: skip
+
+
+_metrics_log = logging.getLogger("otel_rollout.export.metrics")
+
+
+def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoint") -> Any:
+    """``exporter`` (a ``MetricExporter``) that never raises and logs an outage twice:
+    when it starts and when export resumes (with the number of failed exports), instead
+    of the exporter's own error at every interval."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class _GuardedMetricExporter(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(
+                preferred_temporality=getattr(exporter, "_preferred_temporality", None),
+                preferred_aggregation=getattr(exporter, "_preferred_aggregation", None),
+            )
+            self.inner = exporter
+            self.failing = False
+            self.failed = 0  # failed exports since the last success
+            _quiet_loggers_of(exporter)
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> Any:
+            _quiet.on = self.failing
+            error = None
+            try:
+                result = exporter.export(metrics_data, timeout_millis=timeout_millis, **kw)
+            except Exception as exc:
+                result, error = MetricExportResult.FAILURE, exc
+            finally:
+                _quiet.on = False
+            if result is MetricExportResult.SUCCESS:
+                if self.failing:
+                    _metrics_log.warning(
+                        "otel-rollout: metric export to %s resumed after %d failed exports",
+                        target, self.failed,
+                    )  # fmt: skip
+                self.failing, self.failed = False, 0
+                return result
+            self.failed += 1
+            if not self.failing:
+                self.failing = True
+                why = f": {type(error).__name__}: {error}" if error is not None else ""
+                _metrics_log.warning(
+                    "otel-rollout: metric export to %s failed%s; retried every interval and "
+                    "logged again only when it recovers",
+                    target, why,
+                )  # fmt: skip
+            return MetricExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            try:
+                return bool(exporter.force_flush(timeout_millis))
+            except Exception:
+                return False
+
+        def shutdown(self, timeout_millis: float = 30_000, **kw: Any) -> None:
+            try:
+                exporter.shutdown(timeout_millis=timeout_millis, **kw)
+            except Exception as exc:
+                _metrics_log.warning("otel-rollout: metric exporter shutdown failed: %s", exc)
+
+    return _GuardedMetricExporter()
 
 
 __all__ = [
+    "CountingExporter",
+    "CountingProcessor",
     "ExportStats",
-    "guarded_batch_processor",
     "guarded_metric_exporter",
+    "guarded_span_processor",
 ]

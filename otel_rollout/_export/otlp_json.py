@@ -1,50 +1,93 @@
 """OTLP JSON straight from the SDK's spans: the official file exporter's lines, ~10x cheaper.
 
-:func:`encode_spans_line` turns a batch of :class:`ReadableSpan` into one
-``ExportTraceServiceRequest`` JSON line, the document the official encoder
-(``opentelemetry-exporter-otlp-json-common``'s ``encode_spans(...).to_dict()``) gives,
-field for field once parsed: hex ids, int64 as strings, non-finite doubles as ``"NaN"`` /
-``"Infinity"``, bytes in base64, empty fields left out, spans grouped by resource then by
-scope in the order they came. The official encoder builds a message object per value and
-a dict per message before ``json.dumps``; here each span becomes plain dicts and lists
-once and ``orjson`` writes them, so the trace file keeps up with a busy agent loop.
-
-Text ``orjson`` refuses (a lone surrogate, which Python strings may hold) falls back, for
-those spans only, to the standard library's encoder, as does a Python without ``orjson``.
-The spans may also be compact records (:mod:`.otlp_compact`), which a long export queue
-holds instead. Attribute values are encoded by :mod:`.otlp_values`.
+The document the official encoder (``encode_spans(...).to_dict()``) gives, field for field
+once parsed, but each span becomes plain dicts once and ``orjson`` writes them. Text
+``orjson`` refuses (a lone surrogate) falls back to the standard library's encoder.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
+import orjson
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from otel_rollout._export import otlp_compact
-from otel_rollout._export.otlp_values import (
-    _FAST,
-    _HAS_IS_REMOTE,
-    _IS_REMOTE,
-    _attributes,
-    _reads_fields,
-)
+from otel_rollout._base.sdk_access import span_fields
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; a broken install still works
-    orjson = None  # type: ignore[assignment]
-
-
+_log = logging.getLogger("otel_rollout.export")
 _UNSET = object()
 #: Spans written to bytes together: few enough that their dicts die young (see
 #: :func:`encode_spans_line`), enough that each ``orjson.dumps`` call is worth it.
 _CHUNK = 32
+#: ``SpanFlags``: the parent's is-remote bit is known (always), and set.
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x300
+
+
+def any_value(value: Any) -> dict[str, Any]:
+    """An ``AnyValue`` of any type the official encoder takes (same order of checks)."""
+    if value is None:
+        return {}
+    if isinstance(value, bool):
+        return {"boolValue": bool(value)}
+    if isinstance(value, str):
+        return {"stringValue": str.__str__(value)}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        value = float(value)
+        return {"doubleValue": value if value - value == 0.0 else _non_finite(value)}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode("ascii")} if value else {}
+    if isinstance(value, Sequence):
+        values = [any_value(v) for v in value]
+        return {"arrayValue": {"values": values} if values else {}}
+    if isinstance(value, Mapping):
+        kvs = [_key_value(str(k), v) for k, v in value.items()]
+        return {"kvlistValue": {"values": kvs} if kvs else {}}
+    raise TypeError(f"Invalid type {type(value)} of value {value}")
+
+
+def _non_finite(value: float) -> str:
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _key_value(key: str, value: Any) -> dict[str, Any]:
+    if key:
+        return {"key": key, "value": any_value(value)}
+    return {"value": any_value(value)}
+
+
+def _attributes(attributes: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Encoded attributes; one the encoder cannot take is left out and logged, as the
+    official encoder does."""
+    out: list[dict[str, Any]] = []
+    if not attributes:
+        return out
+    append = out.append
+    for key, value in attributes.items():
+        t = type(value)
+        if t is str:
+            append({"key": key, "value": {"stringValue": value}})
+        elif t is int:
+            append({"key": key, "value": {"intValue": str(value)}})
+        elif t is bool:
+            append({"key": key, "value": {"boolValue": value}})
+        elif t is float and value - value == 0.0:
+            append({"key": key, "value": {"doubleValue": value}})
+        else:
+            try:
+                append(_key_value(key, value))
+            except Exception as exc:
+                _log.debug("otel-rollout: attribute %r not encoded: %r", key, exc)
+    return out
 
 
 def _scope(scope: Any) -> dict[str, Any]:
@@ -101,105 +144,40 @@ def _links(links: Sequence[Any]) -> list[dict[str, Any]]:
 
 def encode_span(span: ReadableSpan) -> dict[str, Any]:
     """One span as the OTLP JSON ``Span`` object (plain dicts and lists)."""
-    fast = _FAST.get(type(span))
-    if fast is None:
-        fast = _FAST[type(span)] = _reads_fields(type(span))
-    if not fast:
-        return _encode_public(span)
-    # The SDK's own ReadableSpan or Span: its fields, not the properties that copy them.
-    trace_id, span_id, _, _, state, _ = span._context  # a SpanContext is a tuple
-    out: dict[str, Any] = {
-        "traceId": format(trace_id, "032x"),
-        "spanId": format(span_id, "016x"),
-    }
+    (ctx, parent, name, kind, start, end, attrs, dropped_attrs, events, dropped_events,
+     links, dropped_links, status) = span_fields(span)  # fmt: skip
+    trace_id, span_id, _, _, state, _ = ctx  # a SpanContext is a tuple
+    out: dict[str, Any] = {"traceId": format(trace_id, "032x"), "spanId": format(span_id, "016x")}
     if state is not DEFAULT_TRACE_STATE and state:
         out["traceState"] = ",".join([f"{k}={v}" for k, v in state.items()])
-    parent = span._parent
     if parent is not None:
         out["parentSpanId"] = format(parent[1], "016x")
-        out["flags"] = _IS_REMOTE if parent[2] else _HAS_IS_REMOTE
-    else:
-        out["flags"] = _HAS_IS_REMOTE
-    if span._name:
-        out["name"] = span._name
-    out["kind"] = span._kind._value_ + 1  # SDK INTERNAL=0...; OTLP INTERNAL=1...
-    if span._start_time:
-        out["startTimeUnixNano"] = str(span._start_time)
-    if span._end_time:
-        out["endTimeUnixNano"] = str(span._end_time)
-    attrs = span._attributes
-    if type(attrs) is BoundedAttributes:
-        if attrs._dict:
-            out["attributes"] = _attributes(attrs._dict)
-        if attrs.dropped:
-            out["droppedAttributesCount"] = attrs.dropped
-    elif attrs:
+    out["flags"] = _IS_REMOTE if parent is not None and parent[2] else _HAS_IS_REMOTE
+    if name:
+        out["name"] = name
+    out["kind"] = kind._value_ + 1  # SDK INTERNAL=0...; OTLP INTERNAL=1...
+    if start:
+        out["startTimeUnixNano"] = str(start)
+    if end:
+        out["endTimeUnixNano"] = str(end)
+    if attrs:
         out["attributes"] = _attributes(attrs)
-    events = span._events
-    if type(events) is BoundedList:
-        if events._dq:
-            out["events"] = _events(events._dq)
-        if events.dropped:
-            out["droppedEventsCount"] = events.dropped
-    elif events:
+    if dropped_attrs:
+        out["droppedAttributesCount"] = dropped_attrs
+    if events:
         out["events"] = _events(events)
-    links = span._links
-    if type(links) is BoundedList:
-        if links._dq:
-            out["links"] = _links(links._dq)
-        if links.dropped:
-            out["droppedLinksCount"] = links.dropped
-    elif links:
+    if dropped_events:
+        out["droppedEventsCount"] = dropped_events
+    if links:
         out["links"] = _links(links)
-    _status(span._status, out)
-    return out
-
-
-def _status(status: Any, out: dict[str, Any]) -> None:
+    if dropped_links:
+        out["droppedLinksCount"] = dropped_links
     st: dict[str, Any] = {}
     if status.description:
         st["message"] = status.description
-    code = status.status_code._value_
-    if code:
-        st["code"] = code
+    if status.status_code._value_:
+        st["code"] = status.status_code._value_
     out["status"] = st
-
-
-def _encode_public(span: ReadableSpan) -> dict[str, Any]:
-    """:func:`encode_span` through the public properties (a span type of another kind)."""
-    ctx = span.context
-    out: dict[str, Any] = {
-        "traceId": format(ctx.trace_id, "032x"),
-        "spanId": format(ctx.span_id, "016x"),
-    }
-    if ctx.trace_state:
-        out["traceState"] = ",".join([f"{k}={v}" for k, v in ctx.trace_state.items()])
-    parent = span.parent
-    if parent is not None:
-        out["parentSpanId"] = format(parent.span_id, "016x")
-        out["flags"] = _IS_REMOTE if parent.is_remote else _HAS_IS_REMOTE
-    else:
-        out["flags"] = _HAS_IS_REMOTE
-    if span.name:
-        out["name"] = span.name
-    out["kind"] = span.kind.value + 1
-    if span.start_time:
-        out["startTimeUnixNano"] = str(span.start_time)
-    if span.end_time:
-        out["endTimeUnixNano"] = str(span.end_time)
-    if span.attributes:
-        out["attributes"] = _attributes(span.attributes)
-    if span.dropped_attributes:
-        out["droppedAttributesCount"] = span.dropped_attributes
-    if span.events:
-        out["events"] = _events(span.events)
-    if span.dropped_events:
-        out["droppedEventsCount"] = span.dropped_events
-    if span.links:
-        out["links"] = _links(span.links)
-    if span.dropped_links:
-        out["droppedLinksCount"] = span.dropped_links
-    _status(span.status, out)
     return out
 
 
@@ -221,11 +199,8 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
     last_res = last_scope = _UNSET
     current: list[Any] = []
     for span in spans:
-        if type(span) is tuple:  # a compact record (otlp_compact)
-            res, scope = otlp_compact.source_of(span)
-        else:
-            res = span.resource
-            scope = span.instrumentation_scope or None
+        res = span.resource
+        scope = span.instrumentation_scope or None
         if res is not last_res or scope is not last_scope:
             res_key = _first_equal(res, res_seen, res_firsts)
             entry = groups.get(res_key)
@@ -237,7 +212,7 @@ def encode_spans_line(spans: Sequence[ReadableSpan]) -> bytes | None:
                 hit = entry[1][scope_key] = (scope, [])
             current = hit[1]
             last_res, last_scope = res, scope
-        current.append(otlp_compact.encode(span) if type(span) is tuple else encode_span(span))
+        current.append(encode_span(span))
         if len(current) >= _CHUNK and type(current[-_CHUNK]) is dict:
             chunk = current[-_CHUNK:]
             del current[-_CHUNK:]
@@ -284,18 +259,14 @@ def _first_equal(obj: Any, seen: dict[int, int], firsts: list[Any]) -> int:
 
 
 def _dumps(obj: Any) -> bytes:
-    """``obj`` as compact JSON bytes."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(obj)
-        except TypeError:  # a lone surrogate: the standard library escapes it
-            pass
-    return json.dumps(obj, separators=(",", ":")).encode("ascii")
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # a lone surrogate: the standard library escapes it
+        return json.dumps(obj, separators=(",", ":")).encode("ascii")
 
 
 def dumps_line(doc: Mapping[str, Any]) -> bytes:
-    """``doc`` as one compact JSON line ending in a newline."""
     return _dumps(doc) + b"\n"
 
 
-__all__ = ["dumps_line", "encode_span", "encode_spans_line"]
+__all__ = ["any_value", "dumps_line", "encode_span", "encode_spans_line"]

@@ -1,17 +1,14 @@
-"""The open batches of one breakdown processor, so a finished trajectory reaches its batch.
-
-A batch scope opens its accumulator here when its block starts and closes it when the
-block ends; the processor delivers each breakdown that carries a batch id. The registry
-belongs to a :class:`~otel_rollout.BreakdownProcessor` (``processor.batches``) and is
-handed to the scopes of the tracer that uses that processor: nothing is shared between
-processors, pipelines or tests.
-"""
+"""The open batches of one breakdown processor (``processor.batches``), so a finished
+trajectory reaches its batch, and the batch walls a step's account reads
+(``processor.generation``): shared by the tracers using that processor (an integration's
+own tracer included), never between processors, pipelines or tests."""
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 
-from otel_rollout._accounting.batch_accumulator import BatchAccumulator
+from otel_rollout._accounting.batch_analysis import BatchAccumulator
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._base.fork import reset_in_child
 
@@ -53,3 +50,30 @@ class BatchRegistry:
         """In a forked child: the parent's open batches are not this process's."""
         self._lock = threading.Lock()
         self._open = {}
+
+
+class GenerationLog:
+    """The walls of a tracer's batches: open ones by id, and the latest closed ones
+    (bounded), so a step can take the union of those inside it."""
+
+    def __init__(self, maxlen: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+        self._closed: deque[tuple[int, int]] = deque(maxlen=maxlen)
+
+    def opened(self, batch_id: str, start_ns: int) -> None:
+        with self._lock:
+            self._open[batch_id] = start_ns
+
+    def closed(self, batch_id: str, end_ns: int) -> None:
+        with self._lock:
+            start = self._open.pop(batch_id, None)
+            if start is not None:
+                self._closed.append((start, end_ns))
+
+    def within(self, start_ns: int, end_ns: int) -> list[tuple[int, int]]:
+        """Batch walls overlapping ``[start_ns, end_ns]``; open batches run to its end."""
+        with self._lock:
+            walls = [(s, e) for s, e in self._closed if e > start_ns and s < end_ns]
+            walls.extend((s, end_ns) for s in self._open.values() if s < end_ns)
+        return walls

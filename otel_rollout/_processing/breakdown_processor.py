@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from array import array
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
@@ -18,11 +19,13 @@ from opentelemetry.trace import StatusCode
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._accounting.compute import root_breakdown, sequential_breakdown
+from otel_rollout._accounting.in_flight import InFlight, OpenTrajectory
 from otel_rollout._accounting.waits import add_engine, engine_ns
-from otel_rollout._base import limits
+from otel_rollout._base import limits, sdk_access
+from otel_rollout._base.clock import now_ns as clock_now_ns
 from otel_rollout._base.errors import internal_error
 from otel_rollout._base.fork import reset_in_child
-from otel_rollout._processing.batch_registry import BatchRegistry
+from otel_rollout._processing.batch_registry import BatchRegistry, GenerationLog
 from otel_rollout._processing.histograms import TrajectoryHistograms
 from otel_rollout._version import __version__
 
@@ -50,23 +53,6 @@ _AGE_EVICTIONS = 64
 SCOPE_NAME = "otel_rollout"
 
 
-def _reasons(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {why}" for why, n in counts.items())
-
-
-def _plain_attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    """A span's attributes, as the SDK's plain dict when it has one.
-
-    ``span.attributes`` is a read-only view (a new one on each read of an ended span) over
-    BoundedAttributes, a Mapping whose ``in``/``get``/``len`` are Python methods; the hooks
-    below run for every span, so they read the dict underneath.
-    """
-    try:
-        return span._attributes._dict  # type: ignore[attr-defined]
-    except AttributeError:
-        return span.attributes or _EMPTY
-
-
 class _Trajectory:
     __slots__ = (
         "attrs", "breakdown", "engine", "initial", "last_end", "open_ids", "phases", "root_id",
@@ -89,40 +75,26 @@ class _Trajectory:
         self.breakdown: Breakdown | None = None
         self.engine: list[int] | None = None  # engine timings of its generate calls
         #: while its phases are a sequential loop of band phases (each non-empty, starting
-        #: at or after the end of the one before, which ``last_end`` is): their lengths
-        #: summed per band, which are then the bands; None once they are not
+        #: at or after ``last_end``): their lengths summed per band, which are then the
+        #: bands; None once they are not
         self.sums: list[int] | None = [0] * _N_BANDS
         self.last_end = start_ns
-
-    @property
-    def n_open(self) -> int:
-        return len(self.open_ids)
 
 
 class BreakdownProcessor(SpanProcessor):
     """Derives an exact per-trajectory time breakdown from the spans as they end.
 
-    Install it on the ``TracerProvider`` (before the export processor) and hand it to
-    :class:`~otel_rollout.RolloutTracer` (``RolloutTracer(provider, processor=p)``). It sees
-    every recorded span, sampled or RECORD_ONLY; the tracer ends each trajectory's root
-    through :meth:`finish`, which writes the breakdown onto the root; when the root ends
-    the processor records the histograms and calls ``on_breakdown``.
-
-    State is bounded: at most ``max_in_flight`` trajectories are tracked, and those older
-    than ``max_age_s`` are evicted; evictions are counted in ``rollout.processor.evicted``.
-    Hooks never raise into the caller.
+    Install it on the ``TracerProvider`` before the export processor and hand it to
+    ``RolloutTracer(provider, processor=p)``, which ends each root through :meth:`finish`
+    (the breakdown is written onto the root). When the root ends, the histograms are
+    recorded and ``on_breakdown`` called. At most ``max_in_flight`` trajectories are
+    tracked, none older than ``max_age_s`` (evictions counted). Hooks never raise.
     """
 
-    def __init__(
-        self,
-        meter_provider: metrics.MeterProvider | None = None,
-        *,
-        on_breakdown: BreakdownSink | Iterable[BreakdownSink] | None = None,
-        bands: Mapping[str, str] | None = None,
-        max_in_flight: int = 100_000,
-        max_age_s: float = 24 * 3600.0,
-        record_metrics: bool = True,
-    ) -> None:
+    def __init__(self, meter_provider: metrics.MeterProvider | None = None, *,
+                 on_breakdown: BreakdownSink | Iterable[BreakdownSink] | None = None,
+                 bands: Mapping[str, str] | None = None, max_in_flight: int = 100_000,
+                 max_age_s: float = 24 * 3600.0, record_metrics: bool = True) -> None:  # fmt: skip
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight!r}")
         if max_age_s <= 0:
@@ -133,25 +105,14 @@ class BreakdownProcessor(SpanProcessor):
                     raise ValueError(
                         f"bands[{phase!r}] = {band!r}: expected one of {', '.join(A.ALL_BANDS)}"
                     )
-        if on_breakdown is None:
-            self._sinks: list[BreakdownSink] = []
-        elif callable(on_breakdown):
-            self._sinks = [on_breakdown]
-        else:
-            self._sinks = list(on_breakdown)
+        sinks = [] if on_breakdown is None else on_breakdown
+        self._sinks: list[BreakdownSink] = [sinks] if callable(sinks) else list(sinks)
         self._bands = dict(bands) if bands else None
         self._max_in_flight = max_in_flight
         self._max_age_ns = int(max_age_s * 1e9)
-        self._lock = threading.Lock()
-        # oldest first: the next to evict is at the front, found and removed in O(1)
-        self._trajs: OrderedDict[int, _Trajectory] = OrderedDict()
-        # open span id -> (trajectory, outermost phase so far, start if a top-level phase)
-        self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
+        self._reset()
         self._phase_names: list[str] = [*A.BANDS, _OVERFLOW_PHASE]
         self._phase_codes = {name: i for i, name in enumerate(self._phase_names)}
-        self.evicted = 0  # trajectories evicted, never measured
-        self.evicted_by_reason: dict[str, int] = {}
-        self._next_eviction_log = 1
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             "otel_rollout", __version__
         )
@@ -163,14 +124,15 @@ class BreakdownProcessor(SpanProcessor):
         #: The histograms (None with ``record_metrics=False``); their records wait for the
         #: next metric collection, made by the collecting thread.
         self.histograms = (
-            TrajectoryHistograms(meter, lambda: self.in_flight) if record_metrics else None
+            TrajectoryHistograms(meter, self.running_by_env) if record_metrics else None
         )
         #: The open batches of the tracers using this processor (their breakdowns go there).
         self.batches = BatchRegistry()
+        #: The walls of those batches, for the steps' accounts (their ``generation``).
+        self.generation = GenerationLog()
         reset_in_child(self, BreakdownProcessor._reset)
         limits.quiet_sdk_drop_warnings()  # one line with a count instead (limits.keep)
 
-    # --- public ---------------------------------------------------------------------------
     def add_sink(self, sink: BreakdownSink) -> None:
         """Also call ``sink(breakdown)`` for every finished trajectory."""
         self._sinks.append(sink)
@@ -180,15 +142,13 @@ class BreakdownProcessor(SpanProcessor):
         """Trajectories whose root has started and not yet ended."""
         return len(self._trajs)
 
-    # --- SpanProcessor ----------------------------------------------------------------------
+    def running_by_env(self) -> dict[str, int]:
+        """Those trajectories counted by env class ("" for none)."""
+        return in_flight(self, 0).by_env
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            try:  # the SDK span's fields: its properties are Python calls, and this runs
-                raw = span._attributes._dict  # type: ignore[attr-defined]  # for every span
-                parent, ctx, start = span._parent, span._context, span._start_time
-            except AttributeError:
-                raw, parent = span.attributes or _EMPTY, span.parent
-                ctx, start = span.get_span_context(), span.start_time
+            raw, parent, ctx, start = sdk_access.started(span)
             if _TRAJECTORY_ID in raw:
                 self._start_root(span)
                 return
@@ -216,7 +176,7 @@ class BreakdownProcessor(SpanProcessor):
         sid = ctx.span_id
         start = span.start_time or 0
         # the root's attributes, live: attributes set later are read when it ends
-        traj = _Trajectory(sid, ctx.trace_id, start, _plain_attributes(span))
+        traj = _Trajectory(sid, ctx.trace_id, start, sdk_access.attributes(span))
         with self._lock:
             if self._trajs:
                 self._evict_locked(start)
@@ -225,12 +185,7 @@ class BreakdownProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            try:  # the SDK span's fields, as in on_start
-                sid, end_time = span._context[_SPAN_ID], span._end_time
-                raw = span._attributes._dict  # type: ignore[attr-defined]
-            except AttributeError:
-                sid, end_time = span.context.span_id, span.end_time
-                raw = span.attributes or _EMPTY
+            sid, end_time, raw = sdk_access.ended(span)
             with self._lock:
                 entry = self._open.pop(sid, None)
                 if entry is None:
@@ -238,7 +193,7 @@ class BreakdownProcessor(SpanProcessor):
                 traj, phase, top_start = entry
                 if traj.root_id != sid:
                     traj.open_ids.discard(sid)
-                    if top_start is not None:
+                    if top_start is not None and phase is not None:  # a phase has both
                         code = self._phase_codes.get(phase)
                         if code is None:
                             code = self._code(phase)
@@ -263,7 +218,8 @@ class BreakdownProcessor(SpanProcessor):
                 bd = self._compute(
                     traj, end, phases, span.attributes or {}, span.status.status_code
                 )
-            self._emit(bd, span)
+            if bd is not None:  # always: finish() made it, or it was computed just now
+                self._emit(bd, span)
         except Exception as exc:
             internal_error("BreakdownProcessor.on_end", exc)
 
@@ -277,25 +233,15 @@ class BreakdownProcessor(SpanProcessor):
         self.record_deferred()
         return True
 
-    # --- histograms ------------------------------------------------------------------------
     def record_deferred(self) -> int:
-        """Record the histograms of ended trajectories still waiting for a collection.
-
-        Every metric collection does this first, and so do :meth:`force_flush` and
-        :meth:`shutdown`. Returns the number of trajectories recorded. Never raises.
-        """
+        """Record the histograms waiting for a collection (each collection does this first,
+        as do :meth:`force_flush` and :meth:`shutdown`); returns how many trajectories."""
         return self.histograms.record_waiting() if self.histograms is not None else 0
 
-    # --- the hand-off from RolloutTracer ------------------------------------------------------
-    def finish(self, root: Span, end_ns: int, status: str | None = None) -> Breakdown | None:
-        """End a trajectory's root span at ``end_ns`` with its breakdown written onto it.
-
-        :class:`~otel_rollout.RolloutTracer` calls this when a trajectory block exits: the
-        breakdown must be computed *before* the root ends, since a span's attributes freeze
-        at ``end()``. ``status`` (``ok``, ``error``...) overrides the one derived from the
-        root's status code. Returns the breakdown, or ``None`` when this processor does not
-        track ``root`` (the span is ended all the same). Never raises.
-        """
+    def finish(self, root: trace.Span, end_ns: int, status: str | None = None) -> Breakdown | None:
+        """End a trajectory's root at ``end_ns`` with its breakdown written onto it (a span's
+        attributes freeze at ``end()``). ``status`` overrides the one of the root's status
+        code. Returns the breakdown, or None when ``root`` is not tracked. Never raises."""
         bd = None
         try:
             ctx = root.get_span_context()
@@ -309,7 +255,7 @@ class BreakdownProcessor(SpanProcessor):
                 bd = traj.breakdown = self._compute(traj, end_ns, phases, extra, code)
                 root.set_attributes(bd.as_attributes())
                 if limits.dropped(root):  # past the attribute limit: ours are set again
-                    own = {**traj.initial, **_plain_attributes(root), **extra}
+                    own = {**traj.initial, **sdk_access.attributes(root), **extra}
                     limits.keep(root, own, limits.ROOT_KEYS)
         except Exception as exc:
             internal_error("BreakdownProcessor.finish", exc)
@@ -319,13 +265,9 @@ class BreakdownProcessor(SpanProcessor):
             internal_error("trajectory end", exc)
         return bd
 
-    def track(self, span: Span) -> None:
-        """Read a started span's attributes again (they were restored after it started).
-
-        A sampler may replace a span's attributes with its own, or with none, so that
-        ``on_start`` cannot tell a trajectory root or a phase; :class:`RolloutTracer`
-        puts them back and calls this, before any child of the span starts. Never raises.
-        """
+    def track(self, span: trace.Span) -> None:
+        """Read a started span's attributes again: a sampler may have replaced them, and
+        :class:`RolloutTracer` put them back before any child started. Never raises."""
         try:
             sid = span.get_span_context().span_id
             with self._lock:
@@ -335,7 +277,8 @@ class BreakdownProcessor(SpanProcessor):
                         return  # a root already tracked
                     del self._open[sid]
                     entry[0].open_ids.discard(sid)
-            self.on_start(span)
+            if isinstance(span, Span):  # another provider's span: nothing to read
+                self.on_start(span)
         except Exception as exc:
             internal_error("BreakdownProcessor.track", exc)
 
@@ -344,16 +287,15 @@ class BreakdownProcessor(SpanProcessor):
         """Spans of in-flight trajectories (roots included) whose end is awaited."""
         return len(self._open)
 
-    # --- internals ---------------------------------------------------------------------------
     def _snapshot_locked(self, traj: _Trajectory, end_ns: int) -> _Phases:
         """The trajectory's outermost phases; those still open are clipped at ``end_ns``.
         For a sequential loop ended inside ``end_ns``, copies of its flat triples and
         sums instead: no accounting rule beyond the sums applies."""
         flat = traj.phases
-        late = []
+        late: list[tuple[str, int, int]] = []
         for sid in traj.open_ids:  # rare: phases still open at the root's end
             entry = self._open.get(sid)
-            if entry is not None and entry[2] is not None:
+            if entry is not None and entry[1] is not None and entry[2] is not None:
                 late.append((entry[1], entry[2], end_ns))
         if traj.sums is not None and not late and not self._bands and traj.last_end <= end_ns:
             return flat[:], traj.sums[:]
@@ -363,14 +305,8 @@ class BreakdownProcessor(SpanProcessor):
         phases.extend(late)
         return phases
 
-    def _compute(
-        self,
-        traj: _Trajectory,
-        end_ns: int,
-        phases: _Phases,
-        attrs: Mapping[str, Any],
-        status_code: StatusCode | None,
-    ) -> Breakdown:
+    def _compute(self, traj: _Trajectory, end_ns: int, phases: _Phases, attrs: Mapping[str, Any],
+                 status_code: StatusCode | None) -> Breakdown:  # fmt: skip
         merged = dict(traj.initial)
         merged.update(traj.attrs)
         merged.update(attrs)
@@ -382,16 +318,8 @@ class BreakdownProcessor(SpanProcessor):
                 traj.start_ns, end_ns, flat, sums, merged, error=error, trace_id=trace_id,
                 engine=traj.engine,
             )  # fmt: skip
-        return root_breakdown(
-            traj.start_ns,
-            end_ns,
-            phases,
-            merged,
-            error=error,
-            trace_id=trace_id,
-            bands=self._bands,
-            engine=traj.engine,
-        )
+        return root_breakdown(traj.start_ns, end_ns, phases, merged, error=error,
+                              trace_id=trace_id, bands=self._bands, engine=traj.engine)  # fmt: skip
 
     def _emit(self, bd: Breakdown, span: ReadableSpan) -> None:
         if self.histograms is not None:
@@ -431,12 +359,13 @@ class BreakdownProcessor(SpanProcessor):
             self._evicted_counter.add(1, {A.EVICTION_REASON: reason})
             if self.evicted >= self._next_eviction_log:  # at 1, 10, 100...: a few lines
                 self._next_eviction_log *= 10
+                reasons = ", ".join(f"{n} {why}" for why, n in self.evicted_by_reason.items())
                 _log.warning(
                     "otel-rollout: %d in-flight trajectories evicted so far (%s), never "
                     "measured: their roots did not end in time (max_in_flight %d, max_age "
                     "%.0f s). Counted in the %s metric, export_stats and the summary.",
-                    self.evicted, _reasons(self.evicted_by_reason), self._max_in_flight,
-                    self._max_age_ns / 1e9, A.METRIC_EVICTED,
+                    self.evicted, reasons, self._max_in_flight, self._max_age_ns / 1e9,
+                    A.METRIC_EVICTED,
                 )  # fmt: skip
 
     def _code(self, phase: str) -> int:
@@ -448,11 +377,60 @@ class BreakdownProcessor(SpanProcessor):
             self._phase_names.append(phase)
         return code
 
-    def _reset(self) -> None:
-        """In a forked child: the parent's trajectories are not this process's to finish."""
+    def _reset(self) -> None:  # also in a forked child: the parent's trajectories are not its own
         self._lock = threading.Lock()
-        self._trajs = OrderedDict()
-        self._open = {}
-        self.evicted = 0
-        self.evicted_by_reason = {}
+        # oldest first: the next to evict is at the front, found and removed in O(1)
+        self._trajs: OrderedDict[int, _Trajectory] = OrderedDict()
+        # open span id -> (trajectory, outermost phase so far, start if a top-level phase)
+        self._open: dict[int, tuple[_Trajectory, str | None, int | None]] = {}
+        self.evicted = 0  # trajectories evicted, never measured
+        self.evicted_by_reason: dict[str, int] = {}
         self._next_eviction_log = 1
+
+
+#: Trajectories listed by default (the oldest: the tail forming); all are counted.
+DEFAULT_MAX_LISTED = 20
+
+
+def in_flight(processor: BreakdownProcessor, max_listed: int = DEFAULT_MAX_LISTED,
+              now_ns: int | None = None) -> InFlight:  # fmt: skip
+    """The trajectories ``processor`` tracks now: counted per env class, the oldest
+    ``max_listed`` listed with the phase each is in (the latest-started open one)."""
+    with processor._lock:  # two C-level copies under the lock: no per-span work
+        trajs = list(processor._trajs.values())
+        opened = list(processor._open.values())
+    now = clock_now_ns() if now_ns is None else now_ns
+    # root span id -> (phase, its start) of the latest-started open outermost phase
+    current: dict[int, tuple[str, int]] = {}
+    in_llm: set[int] = set()
+    for traj, phase, top_start in opened:
+        if top_start is None:
+            continue
+        rid = traj.root_id
+        if phase == A.PHASE_LLM:
+            in_llm.add(rid)
+        seen = current.get(rid)
+        if seen is None or top_start >= seen[1]:
+            current[rid] = (str(phase), top_start)
+    by_env: dict[str, int] = {}
+    llm_by_env: dict[str, int] = {}
+    for t in trajs:
+        env = _text(t.attrs.get(A.ENV_CLASS))
+        by_env[env] = by_env.get(env, 0) + 1
+        if t.root_id in in_llm:
+            llm_by_env[env] = llm_by_env.get(env, 0) + 1
+    oldest = heapq.nsmallest(max(0, max_listed), trajs, key=lambda t: t.start_ns)
+    listed = []
+    for t in oldest:
+        phase, phase_start = current.get(t.root_id, ("", 0))
+        attrs = t.attrs
+        listed.append(OpenTrajectory(
+            format(t.trace_id, "032x"), _text(attrs.get(A.TRAJECTORY_ID)),
+            _text(attrs.get(A.ENV_CLASS)), _text(attrs.get(A.BATCH_ID)), t.start_ns,
+            phase, phase_start,
+        ))  # fmt: skip
+    return InFlight(now, len(trajs), by_env, llm_by_env, tuple(listed))
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry import metrics
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanKind, StatusCode
 
 from otel_rollout import attributes as A
@@ -39,22 +38,15 @@ class GenAIMetricsProcessor(SpanProcessor):
             "otel_rollout", __version__
         )
         self._duration = meter.create_histogram(
-            A.METRIC_GENAI_OPERATION_DURATION,
-            unit="s",
+            A.METRIC_GENAI_OPERATION_DURATION, unit="s",
             description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=list(A.GENAI_DURATION_BUCKETS),
-        )
+            explicit_bucket_boundaries_advisory=list(A.GENAI_DURATION_BUCKETS))  # fmt: skip
         self._tokens = meter.create_histogram(
-            A.METRIC_GENAI_TOKEN_USAGE,
-            unit="{token}",
+            A.METRIC_GENAI_TOKEN_USAGE, unit="{token}",
             description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=list(A.GENAI_TOKEN_BUCKETS),
-        )
+            explicit_bucket_boundaries_advisory=list(A.GENAI_TOKEN_BUCKETS))  # fmt: skip
         # (operation, provider, models, error type) -> (base, input, output) attributes
         self._cache: dict[tuple[Any, ...], tuple[dict, dict, dict]] = {}
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
@@ -90,9 +82,3 @@ class GenAIMetricsProcessor(SpanProcessor):
                 self._tokens.record(n_out, tout)
         except Exception as exc:
             internal_error("GenAIMetricsProcessor.on_end", exc)
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True

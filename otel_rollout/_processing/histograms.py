@@ -1,22 +1,16 @@
 """The per-trajectory histograms, recorded when metrics are next collected.
 
-Each ended trajectory makes seven records (its duration, one per band, its turns), and
-the SDK cleans and hashes a record's attributes every time: most of what metrics cost a
-trajectory. So the values wait here, packed (80 bytes a trajectory), and the thread that
-collects (a periodic reader's, a Prometheus scrape's) records them first, through the
-callback of the in-flight gauge; ``force_flush`` and ``shutdown`` record them too. Past
-:data:`MAX_DEFERRED` waiting trajectories (no reader collects, or rarely) a trajectory's
-records are made at once, on the thread that ended it: nothing is lost either way.
-
-A record keeps its exemplar: the trajectory's trace and span ids are kept with its values
-when it was sampled. Its timestamp is the collection's, not the trajectory's end.
-"""
+The SDK cleans and hashes a record's attributes every time: most of what metrics cost a
+trajectory. So the values wait here, packed (80 bytes a trajectory, with the exemplar's
+ids), and the collecting thread records them first, through the in-flight gauge's
+callback; ``force_flush`` and ``shutdown`` record them too. Past :data:`MAX_DEFERRED`
+waiting, records are made at once: nothing is lost either way (docs/performance.md)."""
 
 from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -25,13 +19,16 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
+from otel_rollout._bands import DEFAULT_BANDS
 from otel_rollout._base.errors import internal_error
 from otel_rollout._base.fork import reset_in_child
 
 #: Ended trajectories whose records may wait for the next collection.
 MAX_DEFERRED = 20_000
+#: The bands recorded, one ``rollout.phase`` value each (the registry's).
+_BANDS = DEFAULT_BANDS.names
 #: Values kept per trajectory: e2e, one per band, turns.
-_WIDTH = 2 + len(A.ALL_BANDS)
+_WIDTH = 2 + len(_BANDS)
 _LOW64 = (1 << 64) - 1
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 #: Distinct label sets whose attribute dicts are kept for reuse.
@@ -42,34 +39,28 @@ _Labels = tuple[dict[str, Any], tuple[dict[str, Any], ...]]
 
 class TrajectoryHistograms:
     """``rollout.trajectory.duration``, ``.phase.duration`` and ``.turns``, and the
-    ``rollout.processor.in_flight`` gauge (``in_flight()`` at each collection)."""
+    ``rollout.processor.in_flight`` gauge per env class (``in_flight()``, running
+    trajectories by env class, at each collection; 0 for a class seen before)."""
 
-    def __init__(self, meter: metrics.Meter, in_flight: Callable[[], int]) -> None:
+    def __init__(self, meter: metrics.Meter, in_flight: Callable[[], Mapping[str, int]]) -> None:
         self._duration = meter.create_histogram(
-            A.METRIC_DURATION,
-            unit="s",
-            description="End-to-end time of a trajectory.",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
+            A.METRIC_DURATION, unit="s", description="End-to-end time of a trajectory.",
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS))  # fmt: skip
         self._phase_duration = meter.create_histogram(
-            A.METRIC_PHASE_DURATION,
-            unit="s",
+            A.METRIC_PHASE_DURATION, unit="s",
             description="Time of a trajectory in each band (disjoint; the bands sum to e2e).",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS))  # fmt: skip
         self._turns = meter.create_histogram(
-            A.METRIC_TURNS,
-            unit="{turn}",
-            description="Generate calls per trajectory.",
-            explicit_bucket_boundaries_advisory=list(A.TURN_BUCKETS),
-        )
+            A.METRIC_TURNS, unit="{turn}", description="Generate calls per trajectory.",
+            explicit_bucket_boundaries_advisory=list(A.TURN_BUCKETS))  # fmt: skip
         self._in_flight = in_flight
         meter.create_observable_up_down_counter(
             A.METRIC_IN_FLIGHT,
             callbacks=[self._observe],
             unit="{trajectory}",
-            description="Trajectories whose root has started and not yet ended.",
+            description="Trajectories whose root has started and not yet ended, by env class.",
         )
+        self._env_classes: dict[str, dict[str, str]] = {}  # seen: their attribute dicts
         self._label_sets: dict[tuple[Any, ...], _Labels] = {}
         self._reset()
         reset_in_child(self, TrajectoryHistograms._reset)
@@ -88,7 +79,8 @@ class TrajectoryHistograms:
     def add(self, bd: Breakdown, span_context: SpanContext) -> None:
         """The records of one ended trajectory (its root's span context for exemplars)."""
         labels = self._labels_of(bd)
-        values = (bd.e2e, bd.llm, bd.env, bd.env_setup, bd.env_teardown, bd.other, bd.turns)
+        nanos = bd.nanos
+        values = (bd.e2e, *[nanos[band] / 1e9 for band in _BANDS], bd.turns)
         sampled = span_context.trace_flags.sampled
         if len(self._labels) >= MAX_DEFERRED:
             self._record(values, labels, span_context if sampled else None)
@@ -120,7 +112,12 @@ class TrajectoryHistograms:
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         self.record_waiting()
-        return [Observation(self._in_flight())]
+        running = self._in_flight()
+        seen = self._env_classes
+        for env in running:
+            if env not in seen and len(seen) < _MAX_LABEL_SETS:
+                seen[env] = {A.ENV_CLASS: env}
+        return [Observation(running.get(env, 0), attrs) for env, attrs in seen.items()]
 
     def _record(self, values: Any, labels: _Labels, span_context: SpanContext | None) -> None:
         base, per_band = labels
@@ -139,7 +136,7 @@ class TrajectoryHistograms:
         labels = self._label_sets.get(key)
         if labels is None:
             base = dict(bd.attributes)
-            labels = (base, tuple({**base, A.PHASE: band} for band in A.ALL_BANDS))
+            labels = (base, tuple({**base, A.PHASE: band} for band in _BANDS))
             if len(self._label_sets) < _MAX_LABEL_SETS:
                 self._label_sets[key] = labels
         return labels

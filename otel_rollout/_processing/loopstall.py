@@ -1,30 +1,11 @@
-"""Event-loop stalls and who caused them: each callback the asyncio loop runs is timed and
-charged to the trajectory whose context it ran in.
+"""Event-loop stalls and who caused them (opt-in, docs/waits.md): each callback the asyncio
+loop runs is timed and charged to the trajectory whose context it ran in.
 
-One asyncio loop drives all trajectories, so synchronous work on it (an env step run
-inline, tokenisation, a chat template, reward code) delays every other trajectory whose
-answer has already arrived; that delay shows up in *their* bands (usually ``llm``). Per
-trajectory this module measures:
-
-* ``loop_own``: the time of the loop callbacks that ran in the trajectory's context
-  (from the moment it started to the moment it ended): its own synchronous time on the
-  loop.
-* ``loop_blocked``: the total time of *slow* callbacks (at least the threshold) of other
-  trajectories, or of code outside any trajectory, that ran on the same loop during its
-  lifetime. An upper bound on the delay they caused it: a stall that happened while the
-  trajectory was waiting for something slower (the engine) cost it nothing.
-
-Both overlap the bands and never change them. Each slow callback is also recorded as a
-``rollout.loop.stall`` span event on the culprit's phase (the phase that ended during the
-callback after the longest part of it, else the culprit's current span), and in the
-``rollout.loop.stall.duration`` histogram by culprit phase and env class.
-
-How: ``asyncio.events.Handle._run`` is the one place the default loop (selector and
-proactor, Python 3.11-3.13) runs every callback, task steps included; asyncio's own debug
-mode times the same call to report slow callbacks. It is wrapped once per process, and
-does nothing on threads that run no traced trajectory. Loops with their own handle type
-(uvloop) cannot be timed this way: that is said once, and ``loop_own``/``loop_blocked``
-stay unknown.
+Per trajectory: ``loop_own`` (its own callbacks' time on the loop) and ``loop_blocked``
+(slow callbacks of others during its lifetime, an upper bound on the delay they caused
+it). Each slow callback is also a ``rollout.loop.stall`` event on the culprit's phase and
+a ``rollout.loop.stall.duration`` record. How: ``asyncio.events.Handle._run``, where the
+default loop runs every callback, is wrapped once per process; uvloop cannot be timed.
 """
 
 from __future__ import annotations
@@ -54,52 +35,38 @@ DEFAULT_THRESHOLD_S = 0.005
 
 
 class _Config:
-    __slots__ = ("clock", "enabled", "histogram", "meter_provider", "threshold_ns")
-
-    def __init__(self) -> None:
-        self.enabled = True
-        self.threshold_ns = int(DEFAULT_THRESHOLD_S * 1e9)
-        self.clock: Callable[[], int] = time.perf_counter_ns
-        self.meter_provider: metrics.MeterProvider | None = None
-        self.histogram: Any = None
+    enabled = False  # opt-in: the event loop is the user's
+    threshold_ns = int(DEFAULT_THRESHOLD_S * 1e9)
+    clock: Callable[[], int] = time.perf_counter_ns
+    meter_provider: metrics.MeterProvider | None = None
+    histogram: metrics.Histogram | None = None
 
 
 _CFG = _Config()
 
 
-def _from_env() -> None:
-    """``OTEL_ROLLOUT_LOOP_STALLS`` and ``OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS``, for use
-    without ``configure()`` (which applies the same settings)."""
-    try:
-        from otel_rollout._settings.table import from_environment
+try:  # the settings' variables, for use without configure()
+    from otel_rollout._settings.table import from_environment
 
-        _CFG.enabled = bool(from_environment("loop_stalls"))
-        _CFG.threshold_ns = int(float(from_environment("loop_stall_threshold_ms")) * 1e6)
-    except Exception as err:  # never break an import over a setting
-        internal_error("loop stall settings", err)
+    _CFG.enabled = bool(from_environment("loop_stalls"))
+    _CFG.threshold_ns = int(float(from_environment("loop_stall_threshold_ms")) * 1e6)
+except Exception as err:  # never break an import over a setting
+    internal_error("loop stall settings", err)
 
 
-_from_env()
-
-
-def configure_loop_stalls(
-    enabled: bool | None = None,
-    *,
-    threshold_s: float | None = None,
-    meter_provider: metrics.MeterProvider | None = None,
-    clock: Callable[[], int] | None = None,
-) -> None:
-    """Turn loop-stall attribution on or off and set its threshold (seconds) and meter
-    provider. Defaults: on, 5 ms, the global meter provider; the environment variables
-    ``OTEL_ROLLOUT_LOOP_STALLS`` and ``OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS`` set the same.
-    ``clock`` (integer nanoseconds, monotonic) is for tests. Applies to trajectories that
-    start afterwards."""
+def configure_loop_stalls(enabled: bool | None = None, *, threshold_s: float | None = None,
+                          meter_provider: metrics.MeterProvider | None = None,
+                          clock: Callable[[], int] | None = None) -> None:  # fmt: skip
+    """Turn loop-stall attribution on or off, set its threshold (seconds) and meter provider
+    (defaults: off, 5 ms, the global one), for trajectories that start afterwards.
+    ``clock`` (integer nanoseconds, monotonic) is for tests."""
     if threshold_s is not None:
         if not isinstance(threshold_s, int | float) or threshold_s < 0:
             raise ValueError(f"threshold_s must be non-negative seconds, got {threshold_s!r}")
         _CFG.threshold_ns = int(threshold_s * 1e9)
     if enabled is not None:
         _CFG.enabled = bool(enabled)
+        prepare()  # timed from the next callback on
     if meter_provider is not None:
         _CFG.meter_provider = meter_provider
         _CFG.histogram = None
@@ -146,7 +113,7 @@ _tls = threading.local()
 _STATES: list[_State] = []  # for configure_loop_stalls(clock=...) in tests
 _install_lock = threading.Lock()
 #: asyncio's own ``Handle._run``, taken at import (the wrapper always calls this one).
-_RUN: Callable[[Any], None] | None = getattr(getattr(asyncio.events, "Handle", None), "_run", None)
+_RUN: Callable[[Any], None] = asyncio.events.Handle._run
 _installed = False
 #: True once a trajectory has begun on a timed loop (the wrapper installed): the tracer's
 #: phase hook checks it first, so that a process without one never calls it.
@@ -157,7 +124,7 @@ def _timed_run(handle: Any) -> None:
     state: _State | None = getattr(_tls, "state", None)
     if state is None:  # no trajectory has run on this thread yet
         try:
-            _RUN(handle)  # type: ignore[misc]
+            _RUN(handle)
         finally:
             state = getattr(_tls, "state", None)
             if state is not None and state.cb_start is not None:  # the first one began
@@ -168,14 +135,14 @@ def _timed_run(handle: Any) -> None:
     state.cb_culprit = None
     state.cb_start = state.clock()
     try:
-        _RUN(handle)  # type: ignore[misc]
+        _RUN(handle)
     finally:
         _done(state, ctx)
 
 
 def _done(state: _State, ctx: Any) -> None:
     """Charge the callback running now, which has just returned."""
-    d = state.clock() - state.cb_start  # type: ignore[operator]
+    d = state.clock() - state.cb_start  # type: ignore[operator]  # set when it began
     state.cb_start = None
     acct = state.cb_acct
     if acct is not None:
@@ -191,25 +158,13 @@ def _done(state: _State, ctx: Any) -> None:
             internal_error("loop stall", err)
 
 
-def _install() -> bool:
-    """Wrap ``Handle._run`` once; False (said once) where asyncio's shape is unknown."""
-    global _installed, ACTIVE
-    if _installed:
-        return True
+def _install() -> None:
+    """Wrap ``Handle._run``, once per process."""
+    global _installed
     with _install_lock:
-        if _installed:
-            return True
-        handle_cls = getattr(asyncio.events, "Handle", None)
-        if _RUN is None or "_context" not in getattr(handle_cls, "__slots__", ()):
-            warn_once(
-                "loopstall:asyncio",
-                "otel-rollout: this Python's asyncio has no Handle._run/_context to time; "
-                "loop stalls (loop_own, loop_blocked) are not measured.",
-            )
-            return False
-        handle_cls._run = _timed_run  # type: ignore[union-attr]
-        _installed = True
-        return True
+        if not _installed:
+            asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign,assignment]
+            _installed = True
 
 
 def _uninstall() -> None:
@@ -223,7 +178,7 @@ def _uninstall() -> None:
 
 def prepare() -> None:
     """Install the callback timer now, if on, so that the first trajectory's first callback
-    is timed too (called when a tracer is made; ``begin`` installs it otherwise)."""
+    is timed too (called when a tracer is made)."""
     if _CFG.enabled:
         _install()
 
@@ -248,8 +203,7 @@ def begin(root: Any, env_class: Any) -> tuple[_Account, Any] | None:
                 f"{type(loop).__module__}.{type(loop).__qualname__}",
             )
             return None
-        if not _install():
-            return None
+        _install()
         ACTIVE = True
         state = getattr(_tls, "state", None)
         if state is None:  # the first on this thread: time the running callback from now
@@ -323,6 +277,7 @@ def phase_ending(span: Any) -> None:
 def _stall(state: _State, acct: _Account | None, d: int, ctx: Any) -> None:
     culprit = state.cb_culprit
     state.cb_culprit = None
+    phase: object  # an attribute's value, shown as str
     if acct is None:
         phase = A.CULPRIT_OUTSIDE
     elif culprit is not None:
@@ -344,18 +299,16 @@ def _stall(state: _State, acct: _Account | None, d: int, ctx: Any) -> None:
     _histogram().record(d * 1e-9, labels)
 
 
-def _histogram() -> Any:
+def _histogram() -> metrics.Histogram:
     hist = _CFG.histogram
     if hist is None:
         meter = (_CFG.meter_provider or metrics.get_meter_provider()).get_meter(
             "otel_rollout", __version__
         )
         hist = _CFG.histogram = meter.create_histogram(
-            A.METRIC_LOOP_STALL,
-            unit="s",
+            A.METRIC_LOOP_STALL, unit="s",
             description="Event-loop callbacks above the stall threshold, by culprit phase.",
-            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS),
-        )
+            explicit_bucket_boundaries_advisory=list(A.DURATION_BUCKETS))  # fmt: skip
     return hist
 
 

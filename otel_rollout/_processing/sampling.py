@@ -13,14 +13,10 @@ from opentelemetry.util.types import Attributes
 
 
 class RecordingRatioSampler(Sampler):
-    """Export ``ratio`` of traces, but record every span (RECORD_ONLY for the rest).
-
-    The :class:`~otel_rollout.BreakdownProcessor` sees RECORD_ONLY spans, so histograms
-    count 100% of trajectories while the export processors skip unsampled spans. A root
-    is picked by trace id (deterministic across processes, like ``TraceIdRatioBased``);
-    children, local or remote, follow their parent's decision instead of being dropped
-    (the SDK's ``ParentBased`` default would drop the children of a RECORD_ONLY root).
-    """
+    """Export ``ratio`` of traces, but record every span (RECORD_ONLY for the rest), so
+    the breakdown processor and the histograms see 100% of trajectories. A root is picked
+    by trace id (``TraceIdRatioBased``); children, local or remote, follow their parent
+    (docs/configure.md, "Sampling that keeps every metric")."""
 
     def __init__(self, ratio: float) -> None:
         if not isinstance(ratio, int | float) or not 0.0 <= float(ratio) <= 1.0:

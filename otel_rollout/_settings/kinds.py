@@ -1,6 +1,5 @@
-"""The kinds of value a setting has: how each is read from a variable's text, checked as
-an argument, and written back as text (for Ray workers). Used by the table in
-:mod:`otel_rollout._settings.table`."""
+"""The kinds of value a setting has: read from a variable's text, checked as an argument,
+written back as text (for Ray workers)."""
 
 from __future__ import annotations
 
@@ -18,21 +17,16 @@ _FALSE = ("0", "false", "no", "off")
 def parse_bool(text: str) -> bool:
     """``1/0/true/false/yes/no/on/off`` in any case; anything else is a ValueError."""
     t = text.strip().lower()
-    if t in _TRUE:
-        return True
-    if t in _FALSE:
-        return False
-    raise ValueError(text)
+    if t not in _TRUE + _FALSE:
+        raise ValueError(text)
+    return t in _TRUE
 
 
 def env_flag(name: str, default: bool = False) -> bool:
     """A boolean variable read now; an unset, empty or unreadable one gives ``default``."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        return parse_bool(raw)
-    except ValueError:
+        return parse_bool(os.environ[name])
+    except (KeyError, ValueError):
         return default
 
 
@@ -42,15 +36,12 @@ class Kind:
     accepted = "a value"
 
     def from_text(self, text: str, variable: str) -> Any:
-        """The value of a variable's text; ValueError when not accepted."""
-        return text
+        return self.from_value(text)
 
     def from_value(self, value: Any) -> Any:
-        """The value of an argument; ValueError or TypeError when not accepted."""
-        return value
+        return value  # ValueError or TypeError when not accepted
 
     def to_text(self, value: Any) -> str:
-        """A variable's text that reads back as ``value`` (for Ray workers)."""
         return str(value)
 
 
@@ -94,14 +85,13 @@ class Number(Kind):
     def from_value(self, value: Any) -> float | int:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TypeError(value)
-        if self.integer and not float(value).is_integer():
-            raise ValueError(value)
         v = float(value)
-        if not math.isfinite(v):
-            raise ValueError(value)
-        if self.low is not None and (v <= self.low if self.low_open else v < self.low):
-            raise ValueError(value)
-        if self.high is not None and (v >= self.high if self.high_open else v > self.high):
+        if (
+            (self.integer and not v.is_integer())
+            or not math.isfinite(v)
+            or (self.low is not None and (v <= self.low if self.low_open else v < self.low))
+            or (self.high is not None and (v >= self.high if self.high_open else v > self.high))
+        ):
             raise ValueError(value)
         return int(v) if self.integer else v
 
@@ -147,9 +137,6 @@ class Path(Kind):
         if not isinstance(value, str | os.PathLike) or not str(value).strip():
             raise ValueError(value)
         return _FsPath(value)
-
-    def from_text(self, text: str, variable: str) -> _FsPath:
-        return self.from_value(text)
 
     def to_text(self, value: Any) -> str:
         return str(_FsPath(value).expanduser().resolve())

@@ -1,47 +1,13 @@
 """Every setting of otel-rollout, declared once: :data:`SETTINGS`, resolved by :func:`resolve`.
 
-Each setting resolves from, in order: the ``configure()`` argument, then its variables in
-the order listed (``OTEL_ROLLOUT_*`` first, then the standard ``OTEL_*`` ones), then its
-default. An empty variable counts as unset.
+Each resolves from the ``configure()`` argument, then its variables in the order listed
+(``OTEL_ROLLOUT_*`` first), then its default; an empty variable counts as unset. A bad
+argument raises :class:`ConfigError`; a bad variable warns and the default is used. The
+same table drives the variables Ray workers inherit and docs/configure.md's table.
 
-What is fatal and what only warns:
-
-* an explicit argument (``configure(x=...)``, ``ray.runtime_env(x=...)``) with a value
-  the setting does not accept raises :class:`ConfigError`, naming the value and what is
-  accepted: it is in the code, so the code is wrong;
-* a variable with such a value is reported with a warning naming the variable, and the
-  default is used: a typo in a job's environment never stops a training run.
-
-The same table drives ``configure()``, the variables ``integrations.ray.runtime_env()``
-forwards to workers, and the settings table of docs/configure.md.
-
-How to add a setting (say, the trace file's rotation size):
-
-1. Add a :class:`Setting` to :data:`SETTINGS`; its place matters only when its default
-   or ``follows`` reads another setting, which must come before it::
-
-       Setting("trace_file_max_bytes", ("OTEL_ROLLOUT_TRACE_FILE_MAX_BYTES",),
-               Number(1, integer=True, unit="bytes"), 256 * 2**20,
-               "the trace file is rotated beyond this size", default_doc="256 MiB"),
-
-   The kind comes from :mod:`otel_rollout._settings.kinds` (``Choice``, ``Number``,
-   ``Bool``, ``Text``, ``Path``, ``Pairs``; a new one goes there, with ``from_text``,
-   ``from_value``, ``to_text`` and ``accepted``). Variables: an ``OTEL_ROLLOUT_*`` name,
-   then the standard ``OTEL_*`` one where the specification has one. ``argument=False``
-   for a variable-only setting; ``forward=False`` if Ray workers must not inherit the
-   driver's value (a port).
-2. Add a field of the same name and its type to :class:`Settings`, with no default (an
-   import-time check fails otherwise). Read it as ``rollout.settings.trace_file_max_bytes``
-   where the pipeline is built, or with :func:`from_environment` in code that runs without a
-   ``configure()`` (it warns once about a bad variable and gives the default).
-3. For a ``configure()`` argument, add the keyword (default ``None``) to ``configure()``;
-   it reaches :func:`resolve` by name. ``tests/setup/test_settings_table.py`` checks that
-   the keywords are exactly the argument settings.
-4. Run ``python scripts/settings_table.py`` to regenerate the table in
-   docs/configure.md (a test compares it with this table).
-
-Ray workers then inherit the driver's resolved value through the setting's first
-variable; nothing in ``integrations/ray`` changes.
+A new setting: a :class:`Setting` here (after any setting its default reads), a field of
+the same name in :class:`Settings`, a ``configure()`` keyword unless ``argument=False``,
+then ``python scripts/settings_table.py`` to regenerate the docs' table.
 """
 
 from __future__ import annotations
@@ -55,7 +21,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as _FsPath
-from types import MappingProxyType
+from types import FrameType, MappingProxyType
 from typing import Any
 
 from otel_rollout import attributes as A
@@ -69,6 +35,7 @@ from otel_rollout._settings.kinds import (
     SampleRatio,
     Text,
 )
+from otel_rollout._settings.spelling import warn_misspelled
 
 
 class ConfigError(ValueError):
@@ -79,8 +46,6 @@ def _check_band(phase: str, band: Any) -> None:
     if band not in A.ALL_BANDS:
         raise ValueError(f"{phase}={band}")
 
-
-# --- The table -----------------------------------------------------------------------------
 
 TRACES_EXPORTERS = ("otlp", "file", "console", "none")
 METRICS_EXPORTERS = ("otlp", "prometheus", "console", "none")
@@ -193,17 +158,12 @@ SETTINGS: tuple[Setting, ...] = (
             Number(0, 100, low_open=True, high_open=True, unit="e.g. 99"), None,
             "below 100% sampling, also keep trajectories slower than this running percentile",
             default_doc="off"),
-    Setting("tail_keep_release_max_spans", ("OTEL_ROLLOUT_TAIL_KEEP_RELEASE_MAX_SPANS",),
-            Number(0, integer=True, unit="spans"), 100_000,
-            "below 100% sampling, kept traces that do not fit the export queue wait whole, "
-            "up to this many spans, and are exported as it drains; beyond it a kept trace "
-            "is dropped whole and counted (`kept_overflow`)", argument=False),
     Setting("bands", ("OTEL_ROLLOUT_BANDS",),
             Pairs("phase=band pairs, band one of " + ", ".join(A.ALL_BANDS), _check_band), None,
             "custom phases counted in a band, e.g. `judge=llm`", default_doc="none"),
-    Setting("loop_stalls", ("OTEL_ROLLOUT_LOOP_STALLS",), Bool(), True,
-            "time event-loop callbacks: `loop_own`, `loop_blocked`, stall events and metric "
-            "(docs/waits.md)", argument=False),
+    Setting("loop_stalls", ("OTEL_ROLLOUT_LOOP_STALLS",), Bool(), False,
+            "time event-loop callbacks (patches asyncio's `Handle._run`): `loop_own`, "
+            "`loop_blocked`, stall events and metric (docs/waits.md)"),
     Setting("loop_stall_threshold_ms", ("OTEL_ROLLOUT_LOOP_STALL_THRESHOLD_MS",),
             Number(0, unit="ms"), 5.0, "a loop callback at least this long is a stall",
             argument=False),
@@ -215,16 +175,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("trace_file_max_age_s", ("OTEL_ROLLOUT_TRACE_FILE_MAX_AGE_S",),
             Number(0, unit="seconds"), 3600, "the trace file moves on to a new file once it "
             "is this old (0: never for age)"),
-    Setting("trace_file_burst_spans", ("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS",),
-            Number(0, integer=True, unit="spans"), 100_000,
-            "trace-file mode: room in the export queue beyond `OTEL_BSP_MAX_QUEUE_SIZE` for "
-            "spans ending together; past it (a hung disk) spans are dropped and counted "
-            "(`queue_full`)", argument=False),
     Setting("in_flight_interval_s", ("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S",),
-            Number(0, unit="seconds"), lambda r: 1.0 if r["traces_exporter"] == "file" else 0,
+            Number(0, unit="seconds"), 1.0,
             "while trajectories run, write an in-flight record (the running trajectories, "
-            "their phase and start) this often, for `otel-rollout top` (docs/live.md); 0: off",
-            default_doc="1 with the trace file, else 0 (off)", argument=False),
+            "their phase and start) this often, into the trace file or as OTLP logs, for "
+            "`otel-rollout top` (docs/live.md); 0: off", argument=False),
     Setting("in_flight_max_listed", ("OTEL_ROLLOUT_IN_FLIGHT_MAX_LISTED",),
             Number(0, integer=True, unit="trajectories"), 20,
             "running trajectories listed in an in-flight record (the oldest; all are counted)",
@@ -232,6 +187,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("announce", ("OTEL_ROLLOUT_ANNOUNCE",), Bool(), True,
             "`configure()` says once, on stderr, where traces and metrics go and how to watch "
             "them live; false: silent", argument=False),
+    Setting("gpu_interval_s", ("OTEL_ROLLOUT_GPU_INTERVAL_S",), Number(0, unit="seconds"), 1.0,
+            "read each GPU's utilisation and memory through NVML (`hw.gpu.*` gauges; needs "
+            "`pip install 'otel-rollout[gpu]'` and an NVIDIA GPU) and sample its utilisation "
+            "this often into the step account (docs/step.md); 0: off, nothing is read",
+            argument=False),
     Setting("genai_metrics", ("OTEL_ROLLOUT_GENAI_METRICS",), Bool(), False,
             "also record the GenAI client metrics (gen_ai.client.operation.duration, "
             "gen_ai.client.token.usage) for every generate call"),
@@ -273,11 +233,8 @@ BY_NAME: Mapping[str, Setting] = MappingProxyType({s.name: s for s in SETTINGS})
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
-    """What each setting resolved to (``rollout.settings``); ``sources`` says from where
-    (``"argument"``, a variable's name, or ``"default"``).
-
-    Made by :func:`resolve` only: the fields name and type the settings for readers and
-    type checkers; defaults, variables and docs are the table's (:data:`SETTINGS`)."""
+    """What each setting resolved to (``rollout.settings``), made by :func:`resolve`;
+    ``sources`` says from where (``"argument"``, a variable's name, or ``"default"``)."""
 
     disabled: bool
     service_name: str
@@ -295,17 +252,16 @@ class Settings:
     sample_ratio: float
     tail_keep_slower_than_s: float | None
     tail_keep_percentile: float | None
-    tail_keep_release_max_spans: int
     bands: Mapping[str, str] | None
     loop_stalls: bool
     loop_stall_threshold_ms: float
     output_dir: _FsPath
     trace_file_max_mb: float
     trace_file_max_age_s: float
-    trace_file_burst_spans: int
     in_flight_interval_s: float
     in_flight_max_listed: int
     announce: bool
+    gpu_interval_s: float
     genai_metrics: bool
     metric_export_interval_ms: int
     bsp_max_queue_size: int
@@ -319,27 +275,15 @@ class Settings:
     raise_internal_errors: bool
     sources: Mapping[str, str] = dataclasses.field(compare=False, repr=False)
 
-    def __getitem__(self, name: str) -> Any:  # ``settings["x"]``, as when this was a dict
-        if name not in BY_NAME:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name) if name in BY_NAME else default
-
     def endpoint_for(self, signal: str) -> str:
         """The URL the OTLP exporter of ``signal`` (traces, metrics) sends to."""
-        url = getattr(self, f"{signal}_endpoint")
-        if url:
-            return url
         protocol = getattr(self, f"{signal}_protocol")
-        return _default_endpoint(protocol, signal)
+        base = _DEFAULT_ENDPOINT[protocol]
+        default = base + f"/v1/{signal}" if protocol == "http/protobuf" else base
+        return getattr(self, f"{signal}_endpoint") or default
 
 
-def _default_endpoint(protocol: str, signal: str) -> str:
-    base = _DEFAULT_ENDPOINT[protocol]
-    return base + f"/v1/{signal}" if protocol == "http/protobuf" else base
-
+_VARIABLES = frozenset(v for s in SETTINGS for v in s.variables)
 
 _fields = frozenset(f.name for f in dataclasses.fields(Settings)) - {"sources"}
 if _fields != set(BY_NAME):  # pragma: no cover - a setting added to one place only
@@ -355,11 +299,7 @@ def _env(names: Iterable[str]) -> tuple[str, str] | None:
 
 
 def resolve(**arguments: Any) -> Settings:
-    """Resolve every setting: argument (not None), variable, default.
-
-    A bad argument raises :class:`ConfigError`; a bad variable warns (naming it) and the
-    default is used. ``arguments`` are the names of :data:`SETTINGS`.
-    """
+    """Resolve every setting: argument (not None), variable, default."""
     unknown = sorted(set(arguments) - set(BY_NAME))
     if unknown:
         raise TypeError(f"unknown settings {unknown}; expected some of {sorted(BY_NAME)}")
@@ -391,6 +331,7 @@ def resolve(**arguments: Any) -> Settings:
             values[s.name], sources[s.name] = from_env, found[0]
         else:
             values[s.name], sources[s.name] = s.default_for(values), "default"
+    warn_misspelled(_VARIABLES, stacklevel=_stacklevel())
     return Settings(**values, sources=sources)
 
 
@@ -400,7 +341,8 @@ def _shown(value: Any) -> str:
 
 def _stacklevel() -> int:
     """Point a warning at the first frame outside otel-rollout (the user's configure call)."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("otel_rollout"):
         frame, level = frame.f_back, level + 1
     return level
@@ -466,8 +408,6 @@ def safe_file_part(text: str, limit: int = 64) -> str:
         out = out[: limit - 9].rstrip("._-") + "-" + digest
     return out
 
-
-# --- The documented table ------------------------------------------------------------------
 
 TABLE_START = "<!-- settings table: generated by scripts/settings_table.py -->"
 TABLE_END = "<!-- end of settings table -->"

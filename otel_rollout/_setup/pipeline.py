@@ -3,50 +3,116 @@ built from resolved :class:`~otel_rollout._settings.table.Settings`."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import importlib.util
 import os
 import secrets
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from otel_rollout._export.guarded import guarded_batch_processor, guarded_metric_exporter
+from opentelemetry import metrics
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from otel_rollout._export.guarded import (
+    CountingProcessor,
+    guarded_metric_exporter,
+    guarded_span_processor,
+)
 from otel_rollout._processing.tailkeep import TailKeepProcessor
 from otel_rollout._settings.table import ConfigError, Settings, safe_file_part
 
-#: Export-queue room reserved for spans tail keep releases. None now: kept traces that do
-#: not fit the queue wait whole in a release buffer of their own
-#: (``tail_keep_release_max_spans``) and move in as the queue drains.
-KEPT_RESERVE = 0
-#: Default export-queue room beyond ``OTEL_BSP_MAX_QUEUE_SIZE`` for any span, in
-#: trace-file mode (``trace_file_burst_spans``): a local file keeps up on average but not
-#: with thousands of trajectories ending at once (the writer shares the interpreter with
-#: the agent threads). Bounded, so a full or hung disk drops and counts spans instead of
-#: holding memory without end or blocking ends.
-FILE_BURST_RESERVE = 100_000
+if TYPE_CHECKING:
+    from socketserver import BaseServer
+
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+    from otel_rollout._accounting.in_flight import InFlight
+    from otel_rollout._export.in_flight import InFlightRecorder
+    from otel_rollout._export.spill import SpillExporter
+    from otel_rollout._export.tracefile import RotatingTraceFile
+
+
+#: an OTLP protocol, or the Prometheus exporter -> the module it needs
+_NEEDS = MappingProxyType({
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc",
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http",
+    "prometheus": "opentelemetry.exporter.prometheus",
+})  # fmt: skip
+_warned = False
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
+def without_missing_exporters(settings: Settings, stacklevel: int = 2) -> Settings:
+    """``settings``, with traces going to the trace file and metrics nowhere where the
+    exporter they name is not installed (a plain install where the cluster sets
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``); warns once per process, naming the extra."""
+    global _warned
+    changes: dict[str, Any] = {}  # field name -> value, for dataclasses.replace
+    missing, instead = [], []
+    for signal, fallback, why in (("traces", "file", "traces go to the local trace file"),
+                                  ("metrics", "none", "metrics are not exported")):  # fmt: skip
+        kind = getattr(settings, f"{signal}_exporter")
+        module = _NEEDS.get(getattr(settings, f"{signal}_protocol") if kind == "otlp" else kind)
+        if module is not None and not _importable(module):
+            missing.append(f"{signal} to {kind}")
+            instead.append(why)
+            changes[f"{signal}_exporter"] = fallback
+    if not changes:
+        return settings
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"otel-rollout: exporting {' and '.join(missing)} needs the [otlp] extra, which "
+            f"is not installed (pip install 'otel-rollout[otlp]'); {' and '.join(instead)}",
+            stacklevel=stacklevel,
+        )
+    return dataclasses.replace(settings, **changes)
 
 
 def otlp_exporter(signal: str, settings: Settings) -> Any:
-    """The OTLP exporter of ``signal`` (traces, metrics); a bad endpoint is a ConfigError."""
-    protocol = getattr(settings, f"{signal}_protocol")
-    endpoint = settings.endpoint_for(signal)
+    """The OTLP exporter of ``signal`` (traces, metrics, logs); a bad endpoint is a
+    ConfigError. Logs go where traces go (over HTTP, ``/v1/logs`` beside ``/v1/traces``)."""
+    protocol = getattr(settings, f"{'traces' if signal == 'logs' else signal}_protocol")
+    endpoint = logs_endpoint(settings) if signal == "logs" else settings.endpoint_for(signal)
     # A short timeout keeps shutdown() and retries bounded while an endpoint is down.
     timeout = settings.otlp_timeout_ms / 1000
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    cls = OTLPSpanExporter if signal == "traces" else OTLPMetricExporter
+    transport = "grpc" if protocol == "grpc" else "http"
+    module, name = {"traces": ("trace_exporter", "OTLPSpanExporter"),
+                    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+                    "logs": ("_log_exporter", "OTLPLogExporter")}[signal]  # fmt: skip
+    pkg = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.{module}")
+    cls = getattr(pkg, name)
     try:
         return cls(endpoint=endpoint, timeout=timeout)
     except ValueError as exc:  # e.g. an unparsable URL
         raise ConfigError(f"OTLP {signal} endpoint {endpoint!r} is not accepted: {exc}") from exc
 
 
-def metric_readers(settings: Settings) -> tuple[list[Any], list[Any]]:
-    """(metric readers, servers to stop after the meter provider shuts down)."""
+def logs_endpoint(settings: Settings) -> str:
+    """Where log records go: the traces endpoint over gRPC; over HTTP, its ``/v1/logs``."""
+    url = settings.endpoint_for("traces")
+    if settings.traces_protocol == "grpc":
+        return url
+    return (url.removesuffix("/v1/traces") or url.rstrip("/")) + "/v1/logs"
+
+
+def metric_readers(settings: Settings) -> tuple[list[MetricReader], list[Any]]:
+    """(metric readers, servers to stop after the meter provider shuts down: the caller
+    adds its own closers to that list)."""
     kind = settings.metrics_exporter
     if kind in ("otlp", "console"):
         from opentelemetry.sdk.metrics.export import (
@@ -68,7 +134,7 @@ def metric_readers(settings: Settings) -> tuple[list[Any], list[Any]]:
     return [], []
 
 
-def prometheus_reader(host: str, port: int) -> tuple[Any, Any]:
+def prometheus_reader(host: str, port: int) -> tuple[MetricReader, BaseServer | None]:
     """A Prometheus reader on a registry of its own, served on ``host:port``."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
@@ -115,7 +181,7 @@ def create_trace_file(path: Path) -> None:
             "OTEL_TRACES_EXPORTER (otlp, console, none)"
         ) from exc
     try:
-        path.touch()
+        path.touch(mode=0o644)  # also under umask 000: a trace file is not for all to edit
     except OSError as exc:
         raise ConfigError(
             f"cannot create the trace file {str(path)!r} ({exc.strerror or exc}); check that "
@@ -126,18 +192,24 @@ def create_trace_file(path: Path) -> None:
 class TracePipeline:
     """The export processors of one ``configure()``: what they count, and the trace file."""
 
-    def __init__(self, settings: Settings, meter_provider: Any, resource: Any = None) -> None:
+    def __init__(self, settings: Settings, meter_provider: metrics.MeterProvider | None,
+                 resource: Resource, in_flight: Callable[[], InFlight]) -> None:  # fmt: skip
         self.settings = settings
         self.meter_provider = meter_provider
         self.resource = resource  # the spans' resource: a trace file's loss records carry it
-        self.batch_processors: list[Any] = []  # each has ``.stats``
+        self.batch_processors: list[Any] = []  # each has ``.stats`` (the console's too)
         self.trace_file: Path | None = None
         #: the trace file's writer: a forked child's summary names the file it writes
-        self.trace_writer: Any = None
-        #: answers the running trajectories, for the in-flight record (set by configure())
-        self.in_flight: Any = None
+        self.trace_writer: RotatingTraceFile | None = None
+        self.in_flight = in_flight  # answers the running trajectories, for the in-flight record
+        #: OTLP mode: the exporter that spills what the endpoint fails to a local file
+        self.spill: SpillExporter | None = None
+        #: our log records' provider (file and OTLP): shut down before the span pipeline,
+        #: after the recorder, which writes the in-flight record (when on)
+        self.logger_provider: LoggerProvider | None = None
+        self.recorder: InFlightRecorder | None = None
 
-    def _tail_keep(self, processor: Any) -> Any:
+    def _tail_keep(self, processor: SpanProcessor) -> SpanProcessor:
         # Below 100% sampling, failed, cancelled and slow trajectories are kept in full.
         s = self.settings
         if s.sample_ratio >= 1.0:
@@ -145,35 +217,47 @@ class TracePipeline:
         return TailKeepProcessor(processor, slower_than_s=s.tail_keep_slower_than_s,
                                  slower_than_percentile=s.tail_keep_percentile)  # fmt: skip
 
-    def _batch(self, exporter: Any, target: str, burst_reserve: int = 0) -> Any:
+    def _batch(self, exporter: SpanExporter, target: str, **batch: Any) -> CountingProcessor:
         """The guarded batch processor over ``exporter`` (its ``stats`` count what it
         loses); the caller adds tail keep in front (:meth:`_tail_keep`)."""
-        processor = guarded_batch_processor(
-            exporter,
-            self.meter_provider,
-            target=target,
-            max_queue_size=self.settings.bsp_max_queue_size + burst_reserve,
-            kept_reserve=KEPT_RESERVE if self.settings.sample_ratio < 1.0 else 0,
-            # what tail keep releases at once (a burst of failures) waits for room there
-            kept_release=(
-                self.settings.tail_keep_release_max_spans
-                if self.settings.sample_ratio < 1.0
-                else None
-            ),
-        )
+        queue = self.settings.bsp_max_queue_size
+        processor = guarded_span_processor(exporter, self.meter_provider, target=target,
+                                            max_queue_size=queue, **batch)  # fmt: skip
         self.batch_processors.append(processor)
         return processor
 
-    def _with_in_flight(self, exporter: Any) -> Any:
-        """``exporter``, writing an in-flight record periodically when that is on."""
+    def _trace_file(self) -> RotatingTraceFile:
+        """A new trace file (OTLP JSON lines, rotated as the settings say)."""
+        from otel_rollout._export.tracefile import RotatingTraceFile
+
+        s = self.settings
+        path = trace_file_path(s)
+        create_trace_file(path)
+        max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
+        return RotatingTraceFile(path, max_bytes=max_bytes, max_age_s=s.trace_file_max_age_s)
+
+    def _state_losses(self, trace_file: RotatingTraceFile, counted: CountingProcessor) -> None:
+        """Spans lost before ``trace_file`` are stated in it, for ``otel-rollout report``."""
+        resource = getattr(self.resource, "attributes", None)
+        trace_file.record_losses(lambda: counted.stats.losses(), resource)
+
+    def _logs(self, log_exporter: Any) -> None:
+        """Our log records (the in-flight record, rewards' evaluation events) go to
+        ``log_exporter`` in batches; the in-flight record is written periodically when on
+        (``in_flight_interval_s``)."""
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+        provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
+        provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+        self.logger_provider = provider
         interval = self.settings.in_flight_interval_s
-        if not interval or self.in_flight is None:
-            return exporter
-        from otel_rollout._export.in_flight import InFlightExporter
+        if interval:
+            from otel_rollout._export.in_flight import InFlightRecorder
 
-        return InFlightExporter(exporter, self.in_flight, self.resource, interval)
+            self.recorder = InFlightRecorder(self.in_flight, provider, interval)
 
-    def build(self, span_exporter: Any = None) -> Any | None:
+    def build(self, span_exporter: SpanExporter | None = None) -> SpanProcessor | None:
         """The span processor to add after the breakdown processor, or None (``none``).
 
         ``span_exporter``: the OTLP exporter, built earlier so that a bad endpoint is
@@ -181,31 +265,37 @@ class TracePipeline:
         """
         s = self.settings
         if s.traces_exporter == "file":
-            from otel_rollout._export.tracefile import RotatingTraceFile
+            exporter = self._trace_file()
+            self.trace_file, self.trace_writer = exporter.path, exporter
+            counted = self._batch(exporter, str(exporter.path))
+            self._state_losses(exporter, counted)
+            from otel_rollout._export.log_file import TraceFileLogExporter
 
-            path = trace_file_path(s)
-            create_trace_file(path)
-            self.trace_file = path
-            max_bytes = int(min(s.trace_file_max_mb, 2**40) * 2**20)
-            exporter = RotatingTraceFile(path, max_bytes=max_bytes,
-                                         max_age_s=s.trace_file_max_age_s)  # fmt: skip
-            self.trace_writer = exporter
-            exporter = self._with_in_flight(exporter)
-            counted = self._batch(exporter, str(path), burst_reserve=s.trace_file_burst_spans)
-            # spans lost before the file are stated in it, for ``otel-rollout report``
-            resource = getattr(self.resource, "attributes", None)
-            exporter.record_losses(lambda: counted.stats.losses(), resource)
+            self._logs(TraceFileLogExporter(exporter))
             return self._tail_keep(counted)
         if s.traces_exporter == "otlp":
-            exporter = span_exporter or otlp_exporter("traces", s)
-            exporter = self._with_in_flight(exporter)
-            target = f"{s.endpoint_for('traces')} ({s.traces_protocol})"
-            return self._tail_keep(self._batch(exporter, target))
-        if s.traces_exporter == "console":
-            from otel_rollout._export.console import ConsoleSpanProcessor, ConsoleTreeExporter
+            from otel_rollout._export.spill import SpillExporter
 
-            # Each trajectory prints as an indented tree with its breakdown, on stdout.
+            target = f"{s.endpoint_for('traces')} ({s.traces_protocol})"
+            processors: list[CountingProcessor] = []
+
+            def open_local() -> RotatingTraceFile:  # what the endpoint fails goes to a file
+                local = self._trace_file()
+                self._state_losses(local, processors[0])
+                return local
+
+            self.spill = SpillExporter(span_exporter or otlp_exporter("traces", s), open_local,
+                                       target=target)  # fmt: skip
+            processors.append(self._batch(self.spill, target))
+            from otel_rollout._export.log_file import OTLPLogExporter
+
+            logs_target = f"{logs_endpoint(s)} ({s.traces_protocol})"
+            self._logs(OTLPLogExporter(otlp_exporter("logs", s), target=logs_target))
+            return self._tail_keep(processors[0])
+        if s.traces_exporter == "console":
+            from otel_rollout._export.console import ConsoleTreeExporter
+
+            # each trajectory printed as a tree, on stdout, by the batch processor's thread
             console = ConsoleTreeExporter(bands=s.bands)
-            self.batch_processors.append(console)  # its stats: printed, dropped, queued
-            return self._tail_keep(ConsoleSpanProcessor(console))
+            return self._tail_keep(self._batch(console, "the console", schedule_delay_millis=200))
         return None

@@ -6,9 +6,12 @@ import os
 import socket
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_rollout._settings.table import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 
 def ray_attributes() -> dict[str, str]:
@@ -26,18 +29,13 @@ def ray_attributes() -> dict[str, str]:
             return {}
         ctx = ray.get_runtime_context()
         out: dict[str, str] = {}
-        for key, getter in (
-            ("ray.node.id", "get_node_id"),
-            ("ray.worker.id", "get_worker_id"),
-            ("ray.job.id", "get_job_id"),
-            ("ray.actor.id", "get_actor_id"),
-        ):
+        for what in ("node", "worker", "job", "actor"):
             try:
-                value = getattr(ctx, getter)()
+                value = getattr(ctx, f"get_{what}_id")()
             except Exception:
                 continue
             if value:
-                out[key] = str(value)
+                out[f"ray.{what}.id"] = str(value)
         return out
     except Exception:
         return {}
@@ -67,7 +65,7 @@ def resource_attributes(settings: Settings) -> dict[str, Any]:
     return attrs
 
 
-def build_resource(settings: Settings) -> Any:
+def build_resource(settings: Settings) -> Resource:
     from opentelemetry.sdk.resources import Resource
 
     # Resource.create adds the SDK's telemetry.sdk.* attributes; ours override the rest.

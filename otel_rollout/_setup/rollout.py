@@ -1,10 +1,14 @@
-"""The :class:`Rollout` handle ``configure()`` returns, its shutdown summary, and the
-process's global handle (:func:`get_rollout`)."""
+"""The :class:`Rollout` handle ``configure()`` returns, its shutdown summary, its shutdown
+at interpreter exit and at the end of a ``multiprocessing`` worker, and the process's global
+handle (:func:`get_rollout`)."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import multiprocessing
+import multiprocessing.util as mp_util
 import os
 import random
 import threading
@@ -15,17 +19,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from opentelemetry import metrics, trace
+
+from otel_rollout import attributes as A
 from otel_rollout._accounting.reward import RewardColumns, RewardVsLatency
-from otel_rollout._accounting.summary import _KEY_NAMES, BreakdownCollector
+from otel_rollout._accounting.summary import _KEY_NAMES, BreakdownCollector, summary_row
 from otel_rollout._api.tracer import RolloutTracer, set_default_tracer
-from otel_rollout._base import standby
-from otel_rollout._base.bounded import BoundedCall
+from otel_rollout._base.bounded import BoundedCall, start
 from otel_rollout._base.fork import reset_in_child
 from otel_rollout._base.text import printable_for
 from otel_rollout._export.guarded import ExportStats
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout._settings.table import Settings
-from otel_rollout._setup import preemption, workers
+from otel_rollout._setup import preemption
 
 _log = logging.getLogger("otel_rollout")
 
@@ -34,6 +40,8 @@ EXIT_TIMEOUT_S = 5.0
 
 #: The bands of the shutdown summary: (SkyRL's key name, Breakdown attribute).
 _SUMMARY_BANDS = _KEY_NAMES
+_FIGURES = tuple(name for _, name in _KEY_NAMES)
+_LLM, _ENV = _FIGURES.index(A.PHASE_LLM), _FIGURES.index(A.PHASE_ENV)
 
 
 class RunningSummary:
@@ -60,33 +68,29 @@ class RunningSummary:
 
     def _reset(self) -> None:
         """In a forked child: summarise only the child's own trajectories."""
-        self.__init__(self._size)  # type: ignore[misc]
+        self.__init__(self._size)  # type: ignore[misc]  # re-initialised in place
 
     def __call__(self, breakdown: Any) -> None:
-        row = tuple(float(getattr(breakdown, attr)) for _, attr in _SUMMARY_BANDS)
+        row = summary_row(breakdown)
         with self._lock:
             self.count += 1
             for i, v in enumerate(row):
                 self._sums[i] += v
                 if v > self._max[i]:
                     self._max[i] = v
-            if len(self._sample) < self._size:
-                self._sample.append(row)
-            else:
-                j = self._random.randrange(self.count)
-                if j < self._size:
-                    self._sample[j] = row
-            reward = getattr(breakdown, "reward", None)
-            if reward is not None:
+            self._keep(self._sample, row, self.count, self._random)
+            b = breakdown
+            if b.score is not None:
                 self.rewarded += 1
-                b = breakdown
-                item = (b.env_class, float(b.e2e), int(b.turns), float(reward))
-                if len(self._rewards) < self._size:
-                    self._rewards.append(item)
-                else:
-                    j = self._reward_random.randrange(self.rewarded)
-                    if j < self._size:
-                        self._rewards[j] = item
+                item = (b.env_class, float(b.e2e), int(b.turns), float(b.score))
+                self._keep(self._rewards, item, self.rewarded, self._reward_random)
+
+    def _keep(self, reservoir: list, item: Any, seen: int, rng: random.Random) -> None:
+        """Reservoir sampling: ``item``, the ``seen``-th, kept with probability size/seen."""
+        if len(reservoir) < self._size:
+            reservoir.append(item)
+        elif (j := rng.randrange(seen)) < self._size:
+            reservoir[j] = item
 
     @property
     def exact(self) -> bool:
@@ -114,7 +118,7 @@ class RunningSummary:
         for i, (key, _) in enumerate(_SUMMARY_BANDS):
             p90 = float(np.percentile(sample[:, i], 90)) if n else 0.0
             out[key] = {"mean": sums[i] / n if n else 0.0, "p90": p90, "max": maxima[i]}
-        llm, env = sums[1], sums[2]
+        llm, env = sums[_LLM], sums[_ENV]
         out["frac_time_in_env"] = {"value": env / (llm + env) if llm + env > 0 else 0.0}
         return out
 
@@ -123,6 +127,8 @@ class RunningSummary:
 class Rollout:
     """What :func:`configure` set up. ``shutdown()`` flushes and stops, within a timeout."""
 
+    #: the SDK's providers (users add processors and readers to them), or the API's no-op
+    #: ones when disabled
     tracer_provider: Any
     meter_provider: Any
     tracer: RolloutTracer
@@ -130,15 +136,20 @@ class Rollout:
     processor: BreakdownProcessor | None
     trace_file: Path | None = None
     is_global: bool = False
-    settings: Settings = field(default_factory=Settings)
+    settings: Settings = field(kw_only=True)  # resolved by configure()
     summary_stream: TextIO | None = None
+    #: What is read of the GPUs, or why nothing is (one line; ``None`` when disabled).
+    gpu: str | None = None
     _summary: RunningSummary | None = field(default=None, repr=False)
     _export: list = field(default_factory=list, repr=False)
     _closers: list = field(default_factory=list, repr=False)
-    _shutdown_worker: threading.Thread | standby.Job | None = field(default=None, repr=False)
+    _shutdown_worker: Any = field(default=None, repr=False)
     _shutdown_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _flush: BoundedCall | None = field(default=None, repr=False)
     _trace_writer: Any = field(default=None, repr=False)
+    _spill: Any = field(default=None, repr=False)  # OTLP mode: what failed went to a file
+    _recorder: Any = field(default=None, repr=False)  # the in-flight record's writer
+    _logger_provider: Any = field(default=None, repr=False)  # our log records' (file, OTLP)
     #: The process that configured it: a forked child shuts down its spans only.
     _pid: int = field(default_factory=os.getpid, repr=False)
 
@@ -153,9 +164,10 @@ class Rollout:
         return total
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Export what waits, spans then metrics; returns False when ``timeout_s`` ran out
-        first. Never waits longer, even with the endpoint down: the export goes on in the
-        background, and the next call waits for it before starting its own."""
+        """Export what waits, spans, metrics, then log records; returns False when
+        ``timeout_s`` ran out first. Never waits longer, even with the endpoint down: the
+        export goes on in the background, and the next call waits for it before starting
+        its own."""
         with self._shutdown_lock:
             if self._flush is None:
                 self._flush = BoundedCall(self._flush_providers, "otel-rollout-force-flush")
@@ -166,7 +178,8 @@ class Rollout:
         ok = True
         # in a forked child the meter provider holds the parent's histograms (see _stop)
         forked = os.getpid() != self._pid
-        for p in (self.tracer_provider, None if forked else self.meter_provider):
+        for p in (self.tracer_provider, None if forked else self.meter_provider,
+                  self._logger_provider):  # fmt: skip
             fn = getattr(p, "force_flush", None)
             if fn is not None:
                 ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -176,9 +189,9 @@ class Rollout:
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Stop exporting; returns False when the exporters did not finish in time.
 
-        Called again (or at interpreter exit, which configure() arranges), it only waits
-        for the first call's work, up to ``timeout_s``. A SIGTERM or SIGHUP arriving
-        meanwhile takes effect when it returns.
+        Called again (or at interpreter exit, which configure() arranges, or on SIGTERM),
+        it only waits for the first call's work, up to ``timeout_s``. A SIGTERM or SIGHUP
+        arriving meanwhile takes effect when it returns.
         """
         with preemption.deferred():
             return self._shutdown(timeout_s)
@@ -187,8 +200,8 @@ class Rollout:
         with self._shutdown_lock:
             worker = self._shutdown_worker
             first = worker is None
-            if first:  # a thread even at exit on 3.12.0/3.12.1 (otel_rollout._base.standby)
-                worker = self._shutdown_worker = standby.start(self._stop, "otel-rollout-shutdown")
+            if first:
+                worker = self._shutdown_worker = start(self._stop, "otel-rollout-shutdown")
         if first:
             _exit_registry.pop(id(self), None)
         worker.join(timeout_s)
@@ -196,21 +209,16 @@ class Rollout:
         if first:
             if not done:  # what is still queued is lost, and counted so
                 for p in self._export:
-                    abandon = getattr(p, "abandon", None)  # the console pipeline has none
-                    if abandon is not None:
-                        abandon()
-            self._report_losses()
+                    p.abandon()
+            stats = self.export_stats
+            if stats.dropped:
+                _log.warning("otel-rollout: %s", _loss_line(stats))
+            if stats.trajectories_evicted:
+                _log.warning("otel-rollout: %s", _evicted_line(self.processor))
             self._print_summary()
             if self.is_global:  # its SIGTERM/SIGHUP handlers, where still set: only now,
-                preemption.uninstall()  # a signal meanwhile still waits for the flush
+                preemption.uninstall()
         return done
-
-    def _report_losses(self) -> None:
-        stats = self.export_stats
-        if stats.dropped:
-            _log.warning("otel-rollout: %s", _loss_line(stats))
-        if stats.trajectories_evicted:
-            _log.warning("otel-rollout: %s", _evicted_line(self.processor))
 
     def __enter__(self) -> Rollout:
         return self
@@ -219,13 +227,19 @@ class Rollout:
         self.shutdown()
 
     def _stop(self) -> None:
-        if os.getpid() != self._pid:
-            # A forked child (a multiprocessing worker): its spans are its own, but its
-            # meter provider holds the parent's cumulative histograms, which a final
-            # export would count twice; the parent's servers are not the child's to stop.
-            _stop_providers(self.tracer_provider, None, [])
-            return
-        _stop_providers(self.tracer_provider, self.meter_provider, self._closers)
+        if self._recorder is not None:  # its last record, before the trace file closes
+            self._recorder.shutdown()
+        if self._logger_provider is not None:
+            try:
+                self._logger_provider.shutdown()
+            except Exception as exc:
+                _log.debug("otel-rollout: log record pipeline shutdown failed: %r", exc)
+        # A forked child (a multiprocessing worker): its spans are its own, but its meter
+        # provider holds the parent's cumulative histograms, which a final export would
+        # count twice; the parent's servers are not the child's to stop.
+        forked = os.getpid() != self._pid
+        _stop_providers(self.tracer_provider, None if forked else self.meter_provider,
+                        [] if forked else self._closers)  # fmt: skip
 
     def _print_summary(self) -> None:
         summary = self._summary
@@ -253,12 +267,18 @@ class Rollout:
             lines.append(f"  {_loss_line(stats)}")
         if stats.trajectories_evicted:
             lines.append(f"  {_evicted_line(self.processor)}")
+        spill = self._spill
+        if spill is not None:
+            lines.append(f"  traces: sent to {printable_for(out, spill.target)}")
+            if spill.spilled:
+                where = printable_for(out, str(spill.path))
+                lines.append(f"  {spill.spilled} spans the endpoint failed went to {where}")
         if self.trace_file is not None:
             written = getattr(self._trace_writer, "paths", None)
-            f = written[0] if written else self.trace_file  # a forked child: its own file
-            more = len(list(f.parent.glob(f"{f.stem}_*{f.suffix}")))  # rotated
-            shown = f"{f.parent / f.stem}*{f.suffix} ({more + 1} files)" if more else f
-            lines.append(f"  traces: {printable_for(out, str(shown))}")
+            first = written[0] if written else self.trace_file  # a forked child: its own file
+            rotated = len(list(first.parent.glob(f"{first.stem}_*{first.suffix}")))
+            files = f"{first.parent / first.stem}*{first.suffix} ({rotated + 1} files)"
+            lines.append(f"  traces: {printable_for(out, files if rotated else str(first))}")
 
         # One write: the summaries of processes sharing a stream (a pool's workers on one
         # stderr) come out whole, not interleaved line by line.
@@ -282,7 +302,11 @@ def _loss_line(stats: ExportStats) -> str:
     return f"{stats.dropped} spans were not exported ({reasons}); {stats.exported} were"
 
 
-def _stop_providers(tracer_provider: Any, meter_provider: Any, closers: list) -> None:
+def _stop_providers(
+    tracer_provider: trace.TracerProvider | None,
+    meter_provider: metrics.MeterProvider | None,
+    closers: list,
+) -> None:
     for p in (tracer_provider, meter_provider):
         fn = getattr(p, "shutdown", None)
         if fn is not None:
@@ -320,35 +344,59 @@ def register_for_exit(rollout: Rollout) -> None:
         weakref.ref(rollout.meter_provider, forget),
         rollout._closers,
     )
-    standby.prepare()  # where exit hooks cannot start threads, one that waits till then
-    workers.watch(_shutdown_at_exit)  # multiprocessing workers end through os._exit
     with _exit_lock:
         _exit_registry[key] = entry
-        if not _exit_hooked:
-            atexit.register(_shutdown_at_exit)
-            _exit_hooked = True
+        first, _exit_hooked = not _exit_hooked, True
+    if first:
+        atexit.register(_shutdown_at_exit)
+        # held weakly by multiprocessing: a module's function lives as long as the process
+        mp_util.register_after_fork(_shutdown_at_exit, _after_fork_in_worker)
+    if multiprocessing.parent_process() is not None:  # configure() in a worker
+        _register_worker_end()
 
 
 def _shutdown_at_exit(timeout_s: float = EXIT_TIMEOUT_S) -> None:
     """Shut down every setup of this process not shut down yet (at exit, at the end of a
     multiprocessing worker, on a signal that ends the process), each within ``timeout_s``."""
     with preemption.deferred():
-        _shutdown_entries(timeout_s)
+        with _exit_lock:
+            entries = list(_exit_registry.values())
+        for ref, tp_ref, mp_ref, closers in entries:
+            rollout = ref()
+            if rollout is not None:
+                rollout.shutdown(timeout_s)
+                continue
+            tp, mp = tp_ref(), mp_ref()
+            if tp is not None or mp is not None:
+                start(partial(_stop_providers, tp, mp, closers), "otel-rollout-exit").join(
+                    timeout_s
+                )
 
 
-def _shutdown_entries(timeout_s: float) -> None:
-    with _exit_lock:
-        entries = list(_exit_registry.values())
-    for ref, tp_ref, mp_ref, closers in entries:
-        rollout = ref()
-        if rollout is not None:
-            rollout.shutdown(timeout_s)
-            continue
-        tp, mp = tp_ref(), mp_ref()
-        if tp is None and mp is None:
-            continue
-        worker = standby.start(partial(_stop_providers, tp, mp, closers), "otel-rollout-exit")
-        worker.join(timeout_s)
+# --- The end of a multiprocessing worker (docs/reliability.md) -------------------------------
+# A worker started by fork or forkserver ends through os._exit, which skips exit hooks; a
+# multiprocessing Finalize registered in each worker shuts its setups down first. Higher
+# priorities run first: before the user's finalizers (0 to 10), one of which may hang.
+_WORKER_PRIORITY = 100
+_worker_pid: int | None = None  # the process whose finalizer is registered
+
+
+def _after_fork_in_worker(_: Any) -> None:
+    global _worker_pid
+    _worker_pid = None  # the worker's finalizers were just cleared: registered anew
+    _register_worker_end()
+
+
+def _register_worker_end() -> None:
+    global _worker_pid
+    if _worker_pid != os.getpid():
+        _worker_pid = os.getpid()
+        mp_util.Finalize(None, _end_of_worker, exitpriority=_WORKER_PRIORITY)
+
+
+def _end_of_worker() -> None:
+    with contextlib.suppress(Exception):  # never into the worker's exit
+        _shutdown_at_exit()
 
 
 def _flush_all(timeout_s: float) -> None:

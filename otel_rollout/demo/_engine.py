@@ -1,17 +1,11 @@
 """Inference engines for the demo: a continuous-batching latency simulator, and OpenAI.
 
-``SimEngine`` models one inference server with continuous batching: requests wait in a
-queue until a slot of the running batch (``max_batch`` sequences) is free; each engine
-iteration costs ``step_s + step_per_seq_s * batch`` and decodes ``tokens_per_step`` tokens
-of every running sequence; a request that joins the batch adds its prefill cost
-(``prefill_s_per_token * prompt_tokens``) to that iteration. Output lengths have a long
-tail (a few generations reason far longer than the rest), so a batch has stragglers.
-Latencies are real: callers ``await`` the server loop, which advances by
-``asyncio.sleep``. Seeded, so output lengths and answers repeat; wall times vary with the
-machine only through scheduling.
-Each completion carries ``metrics`` with the fields of vLLM's ``RequestStateStats``
-(``queued_ts``, ``scheduled_ts``, ``first_token_ts``, ``last_token_ts``, on the loop's
-monotonic clock), so its queue, prefill and decode times reach the breakdown as vLLM's do.
+``SimEngine`` is docs/demo.md's latency model of one inference server: requests queue for
+one of ``max_batch`` slots; each iteration costs ``step_s + step_per_seq_s * batch`` (plus
+``prefill_s_per_token * prompt_tokens`` per request joining) and decodes
+``tokens_per_step`` tokens of each running sequence; output lengths are seeded and
+long-tailed. Each completion carries vLLM's ``RequestStateStats`` timestamps (on the
+loop's clock), so its queue, prefill and decode reach the breakdown as vLLM's do.
 """
 
 from __future__ import annotations
@@ -21,7 +15,6 @@ import json
 import random
 import urllib.request
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from opentelemetry import propagate
@@ -38,16 +31,23 @@ class Completion:
     metrics: Any = None
 
 
+def v1_url(base_url: str) -> str:
+    """``base_url`` ending in ``/v1``, as OpenAI-compatible servers serve."""
+    url = base_url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
 def _tokens(messages: list[dict[str, Any]]) -> int:
     return max(1, sum(len(str(m.get("content", ""))) for m in messages) // 4)
 
 
 @dataclass
 class _Req:
+    """A request in the engine, with vLLM's ``RequestStateStats`` timestamps."""
+
     prompt_tokens: int
     remaining: int
     future: asyncio.Future
-    prefilled: bool = False
     queued_ts: float = 0.0
     scheduled_ts: float = 0.0
     first_token_ts: float = 0.0
@@ -56,7 +56,7 @@ class _Req:
 
 @dataclass
 class SimEngine:
-    """A documented latency model of a continuous-batching server (see module doc)."""
+    """A latency model of a continuous-batching server (see the module doc)."""
 
     seed: int = 0
     max_batch: int = 8
@@ -79,6 +79,10 @@ class SimEngine:
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         while self._queue or self._running:
+            if any(r.future.done() for r in self._queue + self._running):  # callers gone
+                self._queue = [r for r in self._queue if not r.future.done()]
+                self._running = [r for r in self._running if not r.future.done()]
+                continue
             cost = self.step_s
             while self._queue and len(self._running) < self.max_batch:
                 req = self._queue.pop(0)
@@ -88,22 +92,17 @@ class SimEngine:
             cost += self.step_per_seq_s * len(self._running)
             await asyncio.sleep(cost)
             now = loop.time()
-            done = []
             for req in self._running:
                 req.remaining -= self.tokens_per_step
                 req.first_token_ts = req.first_token_ts or now
                 req.last_token_ts = now
-                if req.remaining <= 0:
-                    done.append(req)
-            for req in done:
-                self._running.remove(req)
-                if not req.future.done():
+                if req.remaining <= 0 and not req.future.done():
                     req.future.set_result(None)
+            self._running = [r for r in self._running if r.remaining > 0]
         self._loop_task = None
 
     def _reasoning_tokens(self) -> int:
-        """Reasoning tokens before the answer: mostly short, with a long tail (Pareto,
-        shape ``tail_shape``, capped at ``max_reasoning_tokens``), as RL rollouts have."""
+        """Reasoning tokens: mostly few, with a long tail (capped Pareto), as in RL."""
         raw = self._rng.paretovariate(self.tail_shape) * self.reasoning_scale
         return min(int(raw), self.max_reasoning_tokens)
 
@@ -117,11 +116,7 @@ class SimEngine:
         if self._loop_task is None:
             self._loop_task = asyncio.create_task(self._serve())
         await req.future
-        metrics = SimpleNamespace(
-            queued_ts=req.queued_ts, scheduled_ts=req.scheduled_ts,
-            first_token_ts=req.first_token_ts, last_token_ts=req.last_token_ts,
-        )  # fmt: skip
-        return Completion(action, n_in, n_out, "stop", self.model, metrics)
+        return Completion(action, n_in, n_out, "stop", self.model, req)
 
     async def aclose(self) -> None:
         if self._loop_task is not None:
@@ -135,26 +130,17 @@ class OpenAIEngine:
     base_url: str
     model: str
     max_tokens: int = 256
-    timeout_s: float = 120.0
-    api_key: str | None = None
-
-    def _url(self) -> str:
-        url = self.base_url.rstrip("/")
-        if not url.endswith("/v1"):
-            url += "/v1"
-        return url + "/chat/completions"
 
     def _post(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
-        req = urllib.request.Request(self._url(), data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+        url = v1_url(self.base_url) + "/chat/completions"
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=120) as resp:
             return json.loads(resp.read().decode("utf-8"))
 
     async def complete(
         self, messages: list[dict[str, Any]], action: str | None = None
     ) -> Completion:
         headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         propagate.inject(headers)  # the current span is the generate span
         body = json.dumps(
             {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}

@@ -4,32 +4,30 @@ Jaeger, for the OTLP protocol in use (gRPC on 4317 by default, HTTP on 4318)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 JAEGER_IMAGE = "jaegertracing/jaeger:2.12.0"
-GRPC_ENDPOINT = "http://localhost:4317"
-HTTP_ENDPOINT = "http://localhost:4318"
 
 
 def protocol(env: Mapping[str, str] | None = None) -> str:
     """The traces' OTLP protocol as configure() resolves it: the traces variable, then the
     general one, then ``grpc``."""
     env = os.environ if env is None else env
-    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = env.get(name, "").strip()
-        if value:
-            return value
-    return "grpc"
+    return (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "").strip()
+            or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() or "grpc")  # fmt: skip
+
+
+#: ``traces-<date>-<time>-<run id>-<pid>-<random>.jsonl`` (configure()'s trace files).
+_PER_PROCESS = re.compile(r"traces-\d{8}-\d{6}-(?P<run>.+)-\d+-[0-9a-f]+\.jsonl")
 
 
 def report_command(trace_file: Path) -> str:
-    """``otel-rollout report DIR/traces-*-RUN*.jsonl``: this run's files, rotated ones too,
-    short enough for one 80-column line."""
-    name = trace_file.name
-    parts = name.split("-", 3)  # traces, date, time, run id + suffix
-    if len(parts) == 4 and parts[0] == "traces" and name.endswith(".jsonl"):
-        name = f"traces-*-{parts[3][: -len('.jsonl')]}*.jsonl"
+    """``otel-rollout report DIR/traces-*-RUN-*.jsonl``: this run's files (each process's,
+    rotated ones too), short enough for one 80-column line."""
+    m = _PER_PROCESS.fullmatch(trace_file.name)
+    name = f"traces-*-{m['run']}-*.jsonl" if m else trace_file.name
     return f"otel-rollout report {trace_file.parent / name}"
 
 
@@ -43,11 +41,9 @@ def jaeger_hint(env: Mapping[str, str] | None = None) -> list[str]:
                 or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())  # fmt: skip
     if endpoint:
         return [f"spans exported over OTLP ({proto}) to {endpoint}; the file is a copy"]
-    grpc = [f"  OTEL_EXPORTER_OTLP_ENDPOINT={GRPC_ENDPOINT} otel-rollout demo"]
-    http = [
-        "  OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \\",
-        f"  OTEL_EXPORTER_OTLP_ENDPOINT={HTTP_ENDPOINT} otel-rollout demo",
-    ]
+    grpc = ["  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317 otel-rollout demo"]
+    http = ["  OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \\",
+            "  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 otel-rollout demo"]  # fmt: skip
     lines = [
         "Jaeger: docker run --rm -p 16686:16686 -p 4317:4317 -p 4318:4318 \\",
         f"  {JAEGER_IMAGE}",

@@ -1,7 +1,2 @@
-"""Integrations with RL trainers and inference engines (optional extras)."""
-
-from __future__ import annotations
-
-from otel_rollout.instrumentation import require
-
-__all__ = ["require"]
+"""Integrations with RL trainers and inference engines (optional extras): one package
+each, built on :mod:`otel_rollout` and :mod:`otel_rollout.instrumentation` only."""

@@ -1,10 +1,12 @@
-"""The terminal app of ``otel-rollout top`` (textual): the screen, refreshed about once a
-second, following the terminal's size, and its keys."""
+"""The terminal app of ``otel-rollout top`` (textual): the screen, its keys, and a
+trajectory's span tree with its Jaeger link."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -12,9 +14,46 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from otel_rollout.live._feed import Feed
+from otel_rollout import attributes as A
+from otel_rollout._export.console_render import TreeRenderer
+from otel_rollout.live._ingest import Feed
 from otel_rollout.live._screen import SORTS, View, render, selectable
-from otel_rollout.live._tree import jaeger_url, tree_text
+from otel_rollout.live._state import LiveState
+from otel_rollout.report._model import RawSpan
+from otel_rollout.report._timeline import jaeger_url as jaeger_base
+
+
+def jaeger_url(trace_id: str, base: str | None = None) -> str:
+    return f"{jaeger_base(base)}/trace/{trace_id}"
+
+
+def _readable(s: RawSpan) -> ReadableSpan:
+    tid, flags = int(s.trace_id, 16), TraceFlags(TraceFlags.SAMPLED)
+    parent = SpanContext(tid, s.parent_id, False, flags) if s.parent_id else None
+    status = Status(StatusCode.ERROR) if s.status_code is StatusCode.ERROR else Status()
+    return ReadableSpan(name=s.name, context=SpanContext(tid, s.span_id, False, flags),
+                        parent=parent, attributes=s.attributes, start_time=s.start_ns,
+                        end_time=s.end_ns, status=status)  # fmt: skip
+
+
+def tree_text(state: LiveState, trace_id: str, bands: dict[str, str] | None = None,
+              trajectory_id: str = "") -> str:  # fmt: skip
+    """The trajectory's tree (ANSI colours): all its spans once it finished, those that
+    ended so far while it runs; or a line saying why there is none."""
+    held = state.tree(trace_id, trajectory_id)
+    if held is None or not held[0]:
+        return (f"trace {trace_id}: no spans of it held (none ended yet, or it finished "
+                "long ago); open it in Jaeger")  # fmt: skip
+    spans, finished = held
+    roots = [s for s in spans if A.TRAJECTORY_ID in s.attributes]
+    mine = [s for s in roots if s.attributes.get(A.TRAJECTORY_ID) == trajectory_id]
+    renderer = TreeRenderer(bands)
+    if finished and roots:
+        root = (mine or roots)[0]
+        rest = [_readable(s) for s in spans if s is not root]
+        return renderer.render_root(_readable(root), rest, True, False)
+    readable = [_readable(s) for s in spans]
+    return renderer.render_partial(int(trace_id, 16), readable, "running: the spans that ended")
 
 
 class TreeScreen(Screen):
@@ -24,14 +63,12 @@ class TreeScreen(Screen):
 
     def __init__(self, trace_id: str, label: str, text: str, link: str) -> None:
         super().__init__()
-        self._head = Text(f"trajectory {label or '?'}  trace {trace_id}\n", style="bold")
-        self._head.append(f"Jaeger: {link}\n", style="underline")
-        self._text = text
+        head = (f"trajectory {label or '?'}  trace {trace_id}\n", "bold")
+        self._body = Text.assemble(head, (f"Jaeger: {link}\n", "underline"), Text.from_ansi(text))
 
     def compose(self) -> ComposeResult:
-        body = Text.assemble(self._head, Text.from_ansi(self._text))
         with VerticalScroll():
-            yield Static(body, id="tree")
+            yield Static(self._body, id="tree")
         yield Footer()
 
 
@@ -53,17 +90,12 @@ class TopApp(App):
     ]
 
     def __init__(self, feed: Feed, view: View | None = None, *, refresh_s: float = 1.0,
-                 jaeger: str | None = None, bands: dict[str, str] | None = None,
-                 on_exit: Any = None) -> None:  # fmt: skip
+                 jaeger: str | None = None,
+                 bands: dict[str, str] | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.feed = feed
-        self.state = feed.ingest.state
+        self.feed, self.state = feed, feed.ingest.state
         self.view = view or View()
-        self.refresh_s = refresh_s
-        self.jaeger = jaeger
-        self.bands = bands
-        self._on_exit = on_exit
-        self.frames = 0
+        self.refresh_s, self.jaeger, self.bands = refresh_s, jaeger, bands
 
     def compose(self) -> ComposeResult:
         yield Static(id="screen")
@@ -87,14 +119,12 @@ class TopApp(App):
         self.draw()
 
     def screen_text(self) -> str:
-        """What the screen shows now, as plain text (tests, ``--once``)."""
+        """What the screen shows now, as plain text (tests)."""
         return "\n".join(t.plain for t in self._renderable().renderables)
 
     def _renderable(self) -> Any:
-        v = self.view
-        v.live = self.feed.status()
-        v.notes = self.feed.notes()
-        size = self.size
+        v, size = self.view, self.size
+        v.live, v.notes = self.feed.status(), self.feed.notes()
         return render(self.state, v, max(20, size.width), max(6, size.height - 1),
                       self.feed.reader_losses())  # fmt: skip
 
@@ -104,33 +134,30 @@ class TopApp(App):
         except Exception:  # another screen is shown
             return
         widget.update(self._renderable())
-        self.frames += 1
+
+    def _redraw(self, **change: Any) -> None:
+        for key, value in change.items():
+            setattr(self.view, key, value)
+        self.draw()
 
     def action_pause(self) -> None:
-        self.view.paused = not self.view.paused
-        self.draw()
+        self._redraw(paused=not self.view.paused)
 
     def action_filter(self) -> None:
-        envs = sorted(set(self.state.finished_by_env) | set(self.state.running_by_env()))
-        choices = [None, *envs]
+        envs = set(self.state.finished_by_env) | set(self.state.running_by_env())
+        choices = [None, *sorted(envs)]
         i = choices.index(self.view.env) if self.view.env in choices else 0
-        self.view.env = choices[(i + 1) % len(choices)]
-        self.view.selected = 0
-        self.draw()
+        self._redraw(env=choices[(i + 1) % len(choices)], selected=0)
 
     def action_sort(self) -> None:
-        self.view.sort = SORTS[(SORTS.index(self.view.sort) + 1) % len(SORTS)]
-        self.draw()
+        self._redraw(sort=SORTS[(SORTS.index(self.view.sort) + 1) % len(SORTS)])
 
     def action_processes(self) -> None:
-        self.view.processes = not self.view.processes
-        self.draw()
+        self._redraw(processes=not self.view.processes)
 
     def action_move(self, step: int) -> None:
         n = len(selectable(self.state, self.view))
-        if n:
-            self.view.selected = (self.view.selected + step) % n
-        self.draw()
+        self._redraw(selected=(self.view.selected + step) % n if n else self.view.selected)
 
     def action_tree(self) -> None:
         items = selectable(self.state, self.view)

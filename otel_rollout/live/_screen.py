@@ -1,6 +1,5 @@
-"""The screen of ``otel-rollout top`` as rich text, from the live state: a pure function of
-what is known and how it is viewed, so the terminal app, ``--once`` and the tests show
-the same thing. Fits 80x24; more rows or columns show more running trajectories."""
+"""The screen of ``otel-rollout top`` as rich text: a pure function of the live state and
+the view, shared by the app, ``--once`` and the tests (docs/live.md, The screen)."""
 
 from __future__ import annotations
 
@@ -11,18 +10,24 @@ from rich.console import Group
 from rich.text import Text
 
 from otel_rollout import attributes as A
+from otel_rollout._accounting.batch_analysis import BatchAnalysis
+from otel_rollout._accounting.in_flight import OpenStep
+from otel_rollout._bands import DEFAULT_BANDS
+from otel_rollout._base.text import mid
 from otel_rollout._export.console_render import format_duration
 from otel_rollout.live._state import WAITS, LiveState, Running
-from otel_rollout.report._batches import BatchView
+from otel_rollout.report._batches import SAYS, BatchView, slots_said
 
-_BAR = "█"
-_EMPTY_BAR = "░"
 _SPARK = "▁▂▃▄▅▆▇█"
-_BAND_STYLE = {A.PHASE_LLM: "cyan", A.PHASE_ENV: "yellow", A.PHASE_ENV_SETUP: "magenta",
-               A.PHASE_ENV_TEARDOWN: "magenta", A.BAND_OTHER: "blue"}  # fmt: skip
-SORTS = ("age", "phase", "env")
-#: Lines the fixed sections take at most (the running table gets the rest).
-_FIXED = 19
+#: Each band's colour, from the band registry (rich shows the nearest the terminal has).
+_BAND_STYLE = DEFAULT_BANDS.colours
+#: The orders of the running trajectories (``s`` cycles them).
+_SORT_KEYS = {
+    "age": lambda r: r.start_ns,
+    "phase": lambda r: (r.phase, r.start_ns),
+    "env": lambda r: (r.env_class, r.start_ns),
+}
+SORTS = tuple(_SORT_KEYS)
 
 
 @dataclass
@@ -88,7 +93,27 @@ def header(state: LiveState, view: View, width: int) -> list[Text]:
         line.append(f"  errors {state.errors}", style="red")
     if view.env is not None:
         line.append(f"  [env {view.env}]", style="reverse")
-    return [t, line]
+    out = [t, line]
+    steps = state.steps()
+    if steps:
+        out.append(step_line(steps, now))
+    return out
+
+
+def step_line(steps: list[OpenStep], now: int) -> Text:
+    """``step 12: run_training for 34.1s (step 1m02s)``: the latest open step's phase and
+    how long it has been in it; a hung step is a phase whose time only grows."""
+    st = steps[0]
+    name = f"step {st.number}" if st.number >= 0 else "step"
+    line = Text(f"{name}: ", style="bold")
+    if st.phase:
+        line.append(f"{st.phase} for {_secs(now - st.phase_start_ns)}")
+    else:
+        line.append("between phases")
+    line.append(f"  (step {_secs(now - st.start_ns)})")
+    if len(steps) > 1:
+        line.append(f"  +{len(steps) - 1} more processes in a step")
+    return line
 
 
 def bands(state: LiveState, view: View, width: int) -> list[Text]:
@@ -104,36 +129,33 @@ def bands(state: LiveState, view: View, width: int) -> list[Text]:
     for band, v in zip(A.ALL_BANDS, band_ns, strict=True):
         share = v / e2e if e2e else 0.0
         filled = round(bar_w * share)
-        line = Text(f"  {band:<13}")
-        line.append(_BAR * filled, style=_BAND_STYLE[band])
-        line.append(_EMPTY_BAR * (bar_w - filled), style="dim")
-        line.append(f" {_pct(share)} {_secs(v / n):>8}")
-        out.append(line)
-    parts = []
-    for name, v, k in zip(WAITS, wait_ns, known, strict=True):
-        if k:
-            parts.append(f"{name.removeprefix('llm_')} {_pct(v / e2e).strip()}")
+        out.append(Text.assemble(f"  {band:<13}", ("█" * filled, _BAND_STYLE[band]),
+                                 ("░" * (bar_w - filled), "dim"),
+                                 f" {_pct(share)} {_secs(v / n):>8}"))  # fmt: skip
+    parts = [f"{name.removeprefix('llm_')} {_pct(v / e2e).strip()}"
+             for name, v, k in zip(WAITS, wait_ns, known, strict=True) if k]  # fmt: skip
     out.append(Text("  waits  " + ("  ".join(parts) if parts else "none known"), style="dim"))
     return out
 
 
+#: The phase column of a trajectory in no phase span now: between two phases, or in a wait
+#: that becomes a span only when it ends (a thread pool's queue: ``env_queue``).
+NO_PHASE = "no phase"
+
+
 def _age_row(r: Running, now: int, mark: str, width: int) -> Text:
-    phase = r.phase or "-"
+    phase = r.phase or NO_PHASE
     in_phase = _secs(now - r.phase_start_ns) if r.phase_start_ns and not r.inferred else ""
     name = r.trajectory_id or "(inferred)"
-    t = Text(f"{mark}{name[:16]:<16} {(r.env_class or '-')[:10]:<10} ")
-    t.append(f"{phase[:12]:<12}", style=_BAND_STYLE.get(phase, ""))
+    t = Text(f"{mark}{mid(name, 16):<16} {mid(r.env_class or '?', 10):<10} ")
+    t.append(f"{phase[:12]:<12}", style=_BAND_STYLE.get(phase, "dim"))
     t.append(f" {in_phase:>8} {_secs(now - r.start_ns):>9}  ")
     t.append(r.trace_id[: max(0, width - len(t.plain))], style="dim")
     return t
 
 
 def sort_running(rows: list[Running], key: str) -> list[Running]:
-    if key == "phase":
-        return sorted(rows, key=lambda r: (r.phase, r.start_ns))
-    if key == "env":
-        return sorted(rows, key=lambda r: (r.env_class, r.start_ns))
-    return sorted(rows, key=lambda r: r.start_ns)
+    return sorted(rows, key=_SORT_KEYS[key])
 
 
 def selectable(state: LiveState, view: View) -> list[tuple[str, str]]:
@@ -143,6 +165,11 @@ def selectable(state: LiveState, view: View) -> list[tuple[str, str]]:
     for v in reversed(state.batches.verdicts):
         out.extend((b.trace_id, b.trajectory_id) for b in reversed(v.analysis.stragglers))
     return out
+
+
+def _selected(state: LiveState, view: View) -> str | None:
+    ids = [t for t, _ in selectable(state, view)]
+    return ids[view.selected] if 0 <= view.selected < len(ids) else None
 
 
 def batch(state: LiveState, view: View, width: int, rows_left: int) -> list[Text]:
@@ -156,11 +183,12 @@ def batch(state: LiveState, view: View, width: int, rows_left: int) -> list[Text
         title = Text(f"batch {bid}", style="bold")
         title.append(f"  {_secs(now - start)} elapsed")
         if analysis is not None:
-            title.append(f"  {analysis.trajectories} finished, median finish "
-                         f"{_secs(analysis.median_finish_ns)}")  # fmt: skip
+            title.append(f"  {analysis.trajectories} finished")
         running = [r for r in running if r.batch_id in (bid, "")]
     title.append(f"  {len(running)} running")
     out = [title]
+    if cur is not None:
+        out.append(slots_now(running, cur[1], width))
     if state.demand:
         d = list(state.demand)
         line = Text("  engine demand ")
@@ -174,8 +202,7 @@ def batch(state: LiveState, view: View, width: int, rows_left: int) -> list[Text
         return out
     out.append(Text(f"  {'trajectory':<16} {'env':<10} {'phase':<12} {'in phase':>8} "
                     f"{'age':>9}  trace [sort {view.sort}]", style="dim"))  # fmt: skip
-    ids = [t for t, _ in selectable(state, view)]
-    sel = ids[view.selected] if 0 <= view.selected < len(ids) else None
+    sel = _selected(state, view)
     shown = sort_running(running, view.sort)
     limit = max(1, rows_left - len(out))
     for r in shown[:limit]:
@@ -186,22 +213,38 @@ def batch(state: LiveState, view: View, width: int, rows_left: int) -> list[Text
     return out
 
 
+def slots_now(running: list[Running], done: BatchAnalysis | None, width: int) -> Text:
+    """The running batch's slots: how many are held now and in what, then (when it fits)
+    the slot account of its finished trajectories so far."""
+    held: dict[str, int] = {}
+    for r in running:
+        what = SAYS.get(r.phase, "between phases")  # "" or "after <phase>": between
+        held[what] = held.get(what, 0) + 1
+    parts = ", ".join(f"{n} {what}" for what, n in sorted(held.items(), key=lambda kv: -kv[1]))
+    line = Text(f"  slots  {len(running)} held" + (f": {parts}" if parts else ""))
+    if done is not None and done.trajectories:
+        for top in (3, 2):
+            more = f"; so far {slots_said(done.slots.slot_ns, top=top)}"
+            if len(line.plain) + len(more) <= width:
+                line.append(more, style="dim")
+                break
+    return line
+
+
 def verdicts(state: LiveState, view: View, width: int, rows: int) -> list[Text]:
     views: list[BatchView] = list(state.batches.verdicts)[-max(1, rows - 1) :]
     if not views:
         return []
-    out = [Text("last batches    wall    tail  tail band    stragglers", style="bold")]
-    ids = [t for t, _ in selectable(state, view)]
-    sel = ids[view.selected] if 0 <= view.selected < len(ids) else None
+    out = [Text("last batches    wall   drain   gen   env empty  stragglers", style="bold")]
+    sel = _selected(state, view)
     for v in reversed(views):
         a = v.analysis
-        dom = a.dominant_tail_band
-        band = f"{dom} {100 * a.tail_band_frac[dom]:.0f}%" if dom else "-"
+        sl = a.slots
+        gen, env, empty = (f"{100 * sl.frac(p):.0f}%" for p in ("llm", "env", "empty"))
         name = f"step {v.step}" if v.step is not None else str(a.batch_id)
-        line = Text(f"  {name[:12]:<12} {_secs(a.wall_ns):>7} {100 * a.tail_frac:5.0f}%  "
-                    f"{band:<12} {len(a.stragglers)}: ")  # fmt: skip
-        strag = list(reversed(a.stragglers))
-        for b in strag[:3]:
+        line = Text(f"  {mid(name, 12):<12} {_secs(a.wall_ns):>7} {_secs(a.drain_ns):>7} "
+                    f"{gen:>5} {env:>5} {empty:>5}  {len(a.stragglers)}: ")  # fmt: skip
+        for b in list(reversed(a.stragglers))[:3]:
             line.append(b.trace_id[:8] + " ", style="reverse" if b.trace_id == sel else "dim")
         line.truncate(width)
         out.append(line)
@@ -209,14 +252,10 @@ def verdicts(state: LiveState, view: View, width: int, rows: int) -> list[Text]:
 
 
 def export_line(state: LiveState, extra: dict[str, int]) -> Text:
-    total: dict[str, int] = {}
-    for counts in state.writer_losses.values():
-        for why, n in counts.items():
-            total[why] = total.get(why, 0) + n
-    total = {k: v for k, v in total.items() if v}
+    total = state.export.export_losses
     t = Text("export  ", style="bold")
     if total:
-        t.append("dropped " + ", ".join(f"{k} {v}" for k, v in sorted(total.items())), "red")
+        t.append("dropped " + ", ".join(f"{k} {v}" for k, v in total.items()), "red")
     else:
         t.append("no spans lost", style="green")
     others = {k: v for k, v in extra.items() if v}
@@ -233,7 +272,7 @@ def processes(state: LiveState, width: int) -> list[Text]:
         mean = _secs(p.e2e_ns / p.finished) if p.finished else "-"
         shares = " ".join(f"{100 * v / p.e2e_ns:4.0f}%" if p.e2e_ns else "    -"
                           for v in p.band_ns)  # fmt: skip
-        out.append(Text(f"  {name[:22]:<22} {p.finished:>8} {mean:>9} {shares}"[:width]))
+        out.append(Text(f"  {mid(name, 22):<22} {p.finished:>8} {mean:>9} {shares}"[:width]))
     return out
 
 

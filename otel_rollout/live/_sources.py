@@ -1,31 +1,18 @@
-"""Where ``otel-rollout top`` reads: trace files tailed as they grow, found again each poll.
-
-A SOURCE is a trace file (and the files it rotates into: ``traces-X_0001.jsonl``...), a
-glob, or a folder being written. A folder shows one run: the run of its newest file
-(``--run`` names another), found in each file's first line (``rollout.run.id`` of its
-resource), so the processes of one run (Ray workers, ranks, forked children) writing
-files of their own into one folder show together, and files that appear later (a
-rotation, a worker that starts late) are picked up.
-
-Files are read incrementally: each poll reads what was appended since the last one, at
-most ``max_bytes`` a poll, and keeps a partial last line until it is complete; nothing
-is read twice. A file that shrinks or is replaced is read again from its start (and
-said so). Problems are *notes* for the screen, never exceptions.
-"""
+"""Where ``otel-rollout top`` reads (docs/live.md, Sources), found again at each poll and
+tailed; problems are *notes* for the screen, never exceptions."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The default folder (``configure()``'s default output folder).
 DEFAULT_FOLDER = "otel-rollout-output"
-#: A partial line longer than this is dropped (and counted): no trace file writes one.
+#: A partial line longer than this is dropped.
 MAX_LINE_BYTES = 256 * 1024 * 1024
 #: Bytes read from a file's start to find its run id.
 PEEK_BYTES = 64 * 1024 * 1024
@@ -38,41 +25,28 @@ class FileTail:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.offset = 0
+        self.offset = self.lines_read = 0
         self._partial = b""
         self._ino: int | None = None
-        self.bytes_read = 0
-        self.lines_read = 0
-        #: monotonic time of the last poll that found new bytes (None: none yet)
-        self.grew_at: float | None = None
-        self.restarted = 0
         self.mtime = 0.0  # the file's modification time (wall clock), at the last read
-        self.overlong = 0
 
     def read(self, max_bytes: int) -> list[bytes]:
-        """The complete lines appended since the last call (at most ``max_bytes`` read).
-        Raises OSError when the file cannot be opened."""
+        """The complete lines appended since the last call (at most ``max_bytes`` read);
+        a file replaced or cut is read again from its start. OSError if it cannot open."""
         with self.path.open("rb") as f:
             st = os.fstat(f.fileno())
             if (self._ino is not None and st.st_ino != self._ino) or st.st_size < self.offset:
-                self.offset, self._partial = 0, b""  # replaced or truncated: from the start
-                self.restarted += 1
-            self._ino = st.st_ino
-            self.mtime = st.st_mtime
+                self.offset, self._partial = 0, b""
+            self._ino, self.mtime = st.st_ino, st.st_mtime
             if st.st_size == self.offset:
                 return []
             f.seek(self.offset)
             data = f.read(max_bytes)
         self.offset += len(data)
-        self.bytes_read += len(data)
-        self.grew_at = time.monotonic()
-        if self._partial:
-            data = self._partial + data
-        lines = data.split(b"\n")
+        lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        if len(self._partial) > MAX_LINE_BYTES:
+        if len(self._partial) > MAX_LINE_BYTES:  # no trace file writes one
             self._partial = b""
-            self.overlong += 1
         self.lines_read += len(lines)
         return [line for line in lines if line.strip()]
 
@@ -103,7 +77,7 @@ def run_of_file(path: Path) -> str | None:
                 if kv.get("key") == "rollout.run.id":
                     value = kv.get("value") or {}
                     return str(value.get("stringValue", value.get("intValue", "")))
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):  # nested too deeply
         return NOT_TRACE
     return ""  # a trace file without a run id
 
@@ -120,13 +94,17 @@ class Sources:
 
     specs: list[str]
     run: str | None = None  # a folder's run: given (--run) or that of its newest file
+    follow: bool = False  # follow a newer run that starts in the folder (no --run)
     tails: dict[Path, FileTail] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    switches: int = 0  # newer runs followed (what was read before is another run's)
+    followed: str | None = None  # the line saying which run is followed
     _runs: dict[Path, str | None] = field(default_factory=dict)
+    _seen_runs: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, specs: Iterable[str], run: str | None = None) -> Sources:
-        return cls(list(specs) or [DEFAULT_FOLDER], run)
+        return cls(list(specs) or [DEFAULT_FOLDER], run, run is None)
 
     def discover(self) -> list[FileTail]:
         """Every file to read now, new ones added; ``notes`` says what is missing."""
@@ -142,11 +120,12 @@ class Sources:
                 for p in found:
                     self._add(p)
             elif path.exists():
-                self._add(path)
-                for p in rotations_of(path):
+                for p in (path, *rotations_of(path)):
                     self._add(p)
             else:
                 notes.append(f"{spec}: no such file or folder (waiting for it)")
+        if self.followed:
+            notes.append(self.followed)
         self.notes = notes
         return list(self.tails.values())
 
@@ -161,21 +140,38 @@ class Sources:
         except OSError as exc:
             notes.append(f"{folder}: cannot list ({exc.strerror or exc})")
             return
+        fresh = []
         for p in files:
             if self._runs.get(p) is None and p not in self.tails:
                 self._runs[p] = run_of_file(p)
+                if self._runs[p] not in (None, NOT_TRACE):
+                    fresh.append(p)
+        if self.run is not None and self.follow:
+            self._follow_newer(folder, fresh)
+        self._seen_runs.update(str(r) for p in fresh if (r := self._runs[p]) is not None)
         if self.run is None:
             known = [p for p in files if self._runs.get(p) not in (None, NOT_TRACE)]
             if not known:
                 notes.append(f"{folder}: no trace file with spans yet (waiting)")
                 return
-            newest = max(known, key=_mtime)
-            self.run = self._runs[newest]
+            self.run = self._runs[max(known, key=_mtime)]
         for p in files:
             if self._runs.get(p) == self.run:
                 self._add(p)
         if not any(t.path.parent == folder for t in self.tails.values()):
             notes.append(f"{folder}: no trace file of run {self.run} yet (waiting)")
+
+    def _follow_newer(self, folder: Path, fresh: list[Path]) -> None:
+        """Switch to the run of a file that appeared since the last look, when that run
+        was never seen before: a newer run started in the folder."""
+        newer = [p for p in fresh if self._runs[p] not in (self.run, *self._seen_runs)]
+        if not newer:
+            return
+        old, self.run = self.run, self._runs[max(newer, key=_mtime)]
+        for path in [p for p in self.tails if p.parent == folder]:
+            del self.tails[path]
+        self.switches += 1
+        self.followed = f"following run {self.run}, newer than run {old} (--run picks one)"
 
 
 def _mtime(path: Path) -> float:

@@ -1,9 +1,5 @@
-"""What the report shows, accumulated one trajectory at a time in bounded memory.
-
-Per env class, one column of seconds per summary field (``e2e`` and the bands: 48 bytes a
-trajectory, so p90 stays exact), and the ``k`` slowest trajectories with their phases for
-the timeline. Trajectories themselves are not kept.
-"""
+"""What the report shows, accumulated one trajectory at a time in bounded memory: per group,
+a column of seconds per summary field (p90 stays exact), and the slowest trajectories."""
 
 from __future__ import annotations
 
@@ -19,7 +15,14 @@ import numpy as np
 from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout._accounting.reward import RewardColumns, reward_keys
-from otel_rollout._accounting.summary import SUMMARY_FIELDS, WAIT_FIELDS, summarize_columns
+from otel_rollout._accounting.summary import (
+    WAIT_FIELDS,
+    bands_of,
+    key_names,
+    summarize_columns,
+    summary_row,
+)
+from otel_rollout._bands import DEFAULT_BANDS, BandRegistry
 from otel_rollout.report._batches import BatchGroups
 from otel_rollout.report._model import TrajectoryTrace
 
@@ -43,16 +46,19 @@ def failure_reason(b: Breakdown, error_type: str | None = None) -> str | None:
 
 
 class ReportData:
-    """Accumulates trajectories: ``add(trajectory)``, then read the groups and slowest.
+    """Accumulates trajectories: ``add(trajectory)``, then read the groups (by env class,
+    or by run id with ``by="run"``) and slowest; run ids, env classes and failure reasons
+    are counted whatever the grouping."""
 
-    ``by="env"`` groups the tables by env class, ``by="run"`` by the writer's run id
-    (``rollout.run.id``). Whatever the grouping, the run ids, env classes and failure
-    reasons seen are counted (``runs``, ``env_classes``, ``failures``)."""
-
-    def __init__(self, slowest: int = 5, by: str = "env") -> None:
+    def __init__(
+        self, slowest: int = 5, by: str = "env", bands: BandRegistry = DEFAULT_BANDS
+    ) -> None:
         if by not in GROUP_BY:
             raise ValueError(f"by must be one of {', '.join(GROUP_BY)}, got {by!r}")
         self.by = by
+        self.bands = bands
+        #: The columns of each group: ``e2e``, the bands, the sub-parts (:func:`key_names`).
+        self.fields = tuple(name for _, name in key_names(bands))
         #: The tables' first column: what a group is.
         self.group_label = "env class" if by == "env" else "run"
         self.runs: Counter = Counter()
@@ -81,7 +87,8 @@ class ReportData:
         run_id: str | None = None,
     ) -> ReportData:
         """From breakdowns in memory (the demo's online ones), phases by trace id."""
-        data = cls(slowest)
+        breakdowns = list(breakdowns)
+        data = cls(slowest, bands=bands_of(breakdowns))
         for b in breakdowns:
             phs = list((phases or {}).get(b.trace_id, ()))
             data.add(TrajectoryTrace(b, phs, run_id=run_id))
@@ -98,17 +105,18 @@ class ReportData:
         key = b.env_class if self.by == "env" else trajectory.run_id
         cols = self._groups.get(key)
         if cols is None:
-            cols = self._groups[key] = {f: array("d") for f in SUMMARY_FIELDS}
-        for f in SUMMARY_FIELDS:
-            cols[f].append(getattr(b, f))
+            cols = self._groups[key] = {f: array("d") for f in self.fields}
+        if b.bands is not self.bands and b.bands != self.bands:
+            raise ValueError(
+                f"a breakdown of bands {', '.join(b.bands.names)} added to a report of "
+                f"{', '.join(self.bands.names)}"
+            )
+        for f, v in zip(self.fields, summary_row(b), strict=True):
+            cols[f].append(v)
         self.batches.add(b)
         self.rewards.add_breakdown(b)
         self._add_waits(b, key)
-        item = (b.e2e, next(self._tie), trajectory)
-        if len(self._heap) < self._k:
-            heapq.heappush(self._heap, item)
-        elif self._k and item[0] > self._heap[0][0]:
-            heapq.heapreplace(self._heap, item)
+        self._keep_top(self._heap, b.e2e, trajectory)
 
     def _add_waits(self, b: Breakdown, key: Any) -> None:
         known = {f: v for f in WAIT_FIELDS if (v := getattr(b, f, None)) is not None}
@@ -116,19 +124,22 @@ class ReportData:
         if cols is None:
             if not known:
                 return
-            n_before = len(self._groups[key][SUMMARY_FIELDS[0]]) - 1
+            n_before = len(self._groups[key][self.fields[0]]) - 1
             cols = self._waits[key] = {
                 f: array("d", [float("nan")] * n_before) for f in WAIT_FIELDS
             }
         for f in WAIT_FIELDS:
             cols[f].append(known.get(f, float("nan")))
         stall = known.get("loop_stall") or 0.0
-        if stall > 0 and self._k:
-            item = (stall, next(self._tie), b)
-            if len(self._culprits) < self._k:
-                heapq.heappush(self._culprits, item)
-            elif item[0] > self._culprits[0][0]:
-                heapq.heapreplace(self._culprits, item)
+        if stall > 0:
+            self._keep_top(self._culprits, stall, b)
+
+    def _keep_top(self, heap: list, key: float, item: Any) -> None:
+        """Keep ``item`` in ``heap`` if its ``key`` is among the ``k`` largest."""
+        if len(heap) < self._k:
+            heapq.heappush(heap, (key, next(self._tie), item))
+        elif self._k and key > heap[0][0]:
+            heapq.heapreplace(heap, (key, next(self._tie), item))
 
     def groups(self) -> list[tuple[str, int, dict[str, np.ndarray]]]:
         """``(env class, n, columns)`` per env class, by name; the waits' columns too
@@ -138,7 +149,7 @@ class ReportData:
             arrays = {f: np.frombuffer(c, dtype=np.float64) for f, c in cols.items()}
             for f, c in self._waits.get(key, {}).items():
                 arrays[f] = np.frombuffer(c, dtype=np.float64)
-            out.append((str(key), len(cols[SUMMARY_FIELDS[0]]), arrays))
+            out.append((str(key), len(cols[self.fields[0]]), arrays))
         return out
 
     def culprits(self) -> list[Breakdown]:
@@ -150,12 +161,14 @@ class ReportData:
         if not self.count:
             return {}
         groups = self.groups()
-        columns = {f: np.concatenate([g[2][f] for g in groups]) for f in SUMMARY_FIELDS}
+        columns = {f: np.concatenate([g[2][f] for g in groups]) for f in self.fields}
         if self._waits:
             nan = float("nan")
             for f in WAIT_FIELDS:
                 columns[f] = np.concatenate([g[2].get(f, np.full(g[1], nan)) for g in groups])
-        out = summarize_columns(columns, prefix=prefix)
+        out = summarize_columns(columns, prefix=prefix, bands=self.bands)
+        if len(self.rewards):
+            out[f"{prefix}reward_mean"] = self.rewards.mean()
         out.update(reward_keys(self.rewards.analyses(), prefix))
         return out
 

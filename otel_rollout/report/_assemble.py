@@ -1,27 +1,17 @@
-"""Spans read back, grouped by trace, into trajectories with their breakdowns, streaming.
-
-Spans arrive in the order they were written (a trace file is written as spans end, so a
-trajectory's phase spans come before its root). A trace is held until its trajectory root
-has arrived and ``window_spans`` more spans have been read (room for spans that ended
-after their root), then its breakdowns are computed and it is forgotten. At most
-``max_buffered_spans`` spans are held: beyond that the oldest trace is finished early and
-the cut is counted. Memory is bounded by those two numbers, not by the input's size.
-"""
+"""Spans read back, grouped by trace, into trajectories with their breakdowns, streaming:
+memory is bounded by ``window_spans`` and ``max_buffered_spans``, not by the input's size
+(docs/demo.md)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Any
 
 from opentelemetry.trace import StatusCode
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._accounting.span_tree import SpanRecord, SpanTuple, breakdown_from_tree
 from otel_rollout._accounting.waits import engine_from_tree, engine_ns
-from otel_rollout._base.compiled import speedups
 from otel_rollout.report._batches import MAX_BATCHES, batch_span
 from otel_rollout.report._model import (
     LOSS_DUPLICATE,
@@ -41,6 +31,7 @@ from otel_rollout.report._model import (
     TrajectoryTrace,
     row_of,
 )
+from otel_rollout.report._values import drop_odd_values
 
 #: Spans read after a trajectory's root before its trace is finished.
 WINDOW_SPANS = 10_000
@@ -51,8 +42,6 @@ REMEMBERED_TRACES = 200_000
 
 
 _NEVER = float("inf")
-
-_add_run: Any = None if (_c := speedups()) is None else _c.add_run
 
 
 class _Trace:
@@ -69,12 +58,8 @@ class _Trace:
 
 
 class TraceAssembler:
-    """Feed spans with :meth:`add`, then :meth:`finish`; ``emit`` gets each trajectory.
-
-    Every span is checked: a span without a start or an end time, or ending before it
-    starts, is rejected; a span id seen before in its trace is ignored; a span of a trace
-    already reported is ignored. Each is counted in ``result.losses`` by reason.
-    """
+    """Feed spans with :meth:`add` or :meth:`add_rows`, then :meth:`finish`; ``emit`` gets
+    each trajectory. A span that cannot be used is counted in ``result.losses``."""
 
     def __init__(
         self,
@@ -103,38 +88,7 @@ class TraceAssembler:
         self.add_rows((row_of(span),))
 
     def add_rows(self, rows: Iterable[Row]) -> None:
-        """Feed spans as :data:`Row` s (what the fast reader gives; :func:`row_of` for a
-        :class:`RawSpan`): the same checks and counts as :meth:`add` one at a time."""
-        if _add_run is None or rows.__class__ is not list:
-            self._add_each(rows)
-            return
-        # runs of plain rows in C (see _speedups.add_run), each other row as below
-        i, n = 0, len(rows)
-        result = self._result
-        while i < n:
-            i, seen, buffered, peak, stop, trace = _add_run(
-                rows, i, self._open, self._done, self._seen, self._buffered, self._due,
-                self._max, self.peak_buffered_spans, _Trace, IN_FLIGHT_SPAN,
-            )  # fmt: skip
-            result.spans += seen - self._seen
-            self._seen, self._buffered, self.peak_buffered_spans = seen, buffered, peak
-            if stop:  # what follows a kept row, as in _add_each
-                if stop == 1:
-                    tid, _, _, _, _, _, phase, span = rows[i - 1]
-                    self._whole_span(tid, trace, span, phase)
-                if seen >= self._due:
-                    self._finish_ready()
-                if self._buffered > self._max:
-                    while self._buffered > self._max and self._open:
-                        self._finish_trace(next(iter(self._open)), cut=True)
-                if self._buffered > peak:
-                    self.peak_buffered_spans = self._buffered
-            elif i < n:
-                self._add_each(rows[i : i + 1])
-                i += 1
-
-    def _add_each(self, rows: Iterable[Row]) -> None:
-        """:meth:`add_rows`, a row at a time."""
+        # the hot loop of a report: locals, and the trace of the span before kept
         result = self._result
         opened = self._open
         done = self._done
@@ -143,25 +97,19 @@ class TraceAssembler:
         limit = self._max
         peak = self.peak_buffered_spans
         due = self._due  # reloaded after each call that may change it
-        # the trace of the span before: a trajectory's spans mostly come one after another
         last_tid: str | None = None
         trace = None
         try:
-            for tid, span_id, parent_id, name, start, end, phase, span in rows:
-                if parent_id is None and name == IN_FLIGHT_SPAN:
-                    continue  # a writer's in-flight record (``otel-rollout top``)
+            for tid, span_id, parent_id, _name, start, end, phase, span in rows:
                 seen += 1
-                if not start or start <= 0:
-                    result.lose(LOSS_MISSING_START)
-                    continue
-                if end is None or end <= 0:
-                    result.lose(LOSS_MISSING_END)
-                    continue
-                if start > MAX_TIME_NS or end > MAX_TIME_NS:
-                    result.lose(LOSS_TIME_RANGE)
-                    continue
-                if end < start:
-                    if span is not None and trajectory_id in span.attributes and tid not in done:
+                if end is None or not 0 < start <= end <= MAX_TIME_NS:  # else the usual span
+                    if not start or start <= 0:
+                        result.lose(LOSS_MISSING_START)
+                    elif end is None or end <= 0:
+                        result.lose(LOSS_MISSING_END)
+                    elif start > MAX_TIME_NS or end > MAX_TIME_NS:
+                        result.lose(LOSS_TIME_RANGE)
+                    elif span is not None and trajectory_id in span.attributes and tid not in done:
                         result.lose(LOSS_INVERTED_ROOT)
                         last_tid = None
                         trace = opened.get(tid)
@@ -171,7 +119,8 @@ class TraceAssembler:
                     else:
                         result.lose(LOSS_INVERTED)
                     continue
-                if tid is not last_tid:  # else still open: every finish forgets last_tid
+                # else still open: every finish forgets last_tid (trace: None only before)
+                if tid is not last_tid or trace is None:
                     if tid in done:
                         result.lose(LOSS_LATE)
                         continue
@@ -213,6 +162,7 @@ class TraceAssembler:
     def _whole_span(self, tid: str, trace: _Trace, span: RawSpan, phase: str | None) -> None:
         """What a span's other attributes say: engine timings, a root, a batch."""
         attributes = span.attributes
+        drop_odd_values(attributes, self._result.lose)
         timings = engine_ns(attributes)
         if timings is not None:
             trace.engine[span.span_id] = (span.name, timings)
@@ -224,8 +174,11 @@ class TraceAssembler:
             self._set_due()
         elif phase is not None:
             trace.has_phase = True
-        elif A.BATCH_ID in attributes and len(self._result.batches) < MAX_BATCHES:
-            self._result.batches[str(attributes[A.BATCH_ID])] = batch_span(span)
+        elif A.BATCH_ID in attributes:
+            if len(self._result.batches) < MAX_BATCHES:
+                self._result.batches[str(attributes[A.BATCH_ID])] = batch_span(span)
+        elif A.STEP_WALL in attributes or A.STEP_PHASE in attributes:
+            self._result.steps.add(span)
 
     def finish(self) -> ReadResult:
         """Finish every trace still held (the end of the input)."""
@@ -234,8 +187,7 @@ class TraceAssembler:
         return self._result
 
     def _set_due(self) -> None:
-        """When the first trace waiting after its root is due (``_ready`` is in the order
-        of ``ready_at``: a root moves its trace to the end)."""
+        """When the first trace waiting after its root is due (``_ready`` is by ready_at)."""
         ready = self._ready
         self._due = self._open[next(iter(ready))].ready_at + self._window if ready else _NEVER
 
@@ -288,19 +240,7 @@ def breakdowns_from_spans(
     bands: Mapping[str, str] | None = None,
     result: ReadResult | None = None,
 ) -> ReadResult:
-    """Group spans by trace and recompute each trajectory's breakdown (same functions)."""
     result = result or ReadResult()
     assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
     assembler.add_rows([row_of(s) for s in spans])
-    return assembler.finish()
-
-
-def read_trace_file(path: str | Path, *, bands: Mapping[str, str] | None = None) -> ReadResult:
-    """Breakdowns of every trajectory in an OTLP JSON lines file (kept in the result)."""
-    from otel_rollout.report._files import iter_file_rows
-
-    result = ReadResult()
-    assembler = TraceAssembler(result.trajectories.append, result, bands=bands)
-    for rows in iter_file_rows(path, result):
-        assembler.add_rows(rows)
     return assembler.finish()

@@ -1,16 +1,7 @@
-"""``report RUN --baseline OTHER_RUN``: per env class and band, both runs' mean and p90, the
-difference of means with a seeded bootstrap 95% interval, and a mark only where the
-difference is both beyond noise and large enough to matter.
-
-A report compares many things at once (every band of every env class, ten or more per
-class), so a per-comparison 5% test would flag something in most runs of unchanged code.
-Here each comparison gets a Welch t-test p-value, and the p-values of all the comparisons
-of one report are adjusted together with Holm's step-down procedure, which keeps the
-chance of any false mark at :data:`ALPHA` (5%) however many comparisons there are. A
-difference is then marked only when it is also practically large: at least
-:data:`MIN_RELATIVE` (5%) of the baseline's mean and at least :data:`MIN_ABSOLUTE_S`
-(1 ms).
-"""
+"""``report RUN --baseline OTHER_RUN``: per env class and band, both runs' means and p90s,
+the difference with a seeded bootstrap 95% interval, marked where Welch p-values adjusted
+together (Holm) and the size of the difference both say so (docs/demo.md,
+``--baseline``)."""
 
 from __future__ import annotations
 
@@ -22,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from otel_rollout._accounting.summary import SUMMARY_FIELDS
+from otel_rollout._base.text import mid
 from otel_rollout.report._aggregate import ReportData
 
 #: Bootstrap resamples and seed: the interval is the same on every run of the report.
@@ -57,12 +49,6 @@ class BandChange:
     p_adjusted: float = float("nan")
     #: Beyond noise after the adjustment and at least the practical minimum.
     marked: bool = False
-
-    @property
-    def beyond_noise(self) -> bool:
-        """Whether the difference is marked: adjusted p below :data:`ALPHA` and at least
-        :data:`MIN_RELATIVE` of the baseline's mean and :data:`MIN_ABSOLUTE_S`."""
-        return self.marked
 
 
 def practically_large(diff: float, mean_baseline: float) -> bool:
@@ -160,16 +146,15 @@ def compare_columns(
     resamples: int = RESAMPLES,
     seed: int = SEED,
     alpha: float = ALPHA,
+    fields: Sequence[str] = SUMMARY_FIELDS,
 ) -> list[BandChange]:
-    """Every band of every env class present in both (columns of seconds by band, per env
-    class), tested together: Welch p-values, Holm-adjusted over all of them, marked where
-    the adjusted p is below ``alpha`` and the difference practically large. ``resamples``
-    0 skips the bootstrap interval (NaN), for callers that only need the marks."""
+    """Every ``fields`` column of every env class present in both, tested together (Welch,
+    Holm-adjusted, marked where also practically large); ``resamples`` 0: no interval."""
     rows = []
     for name, cols in run.items():
         if name not in baseline:
             continue
-        for band in SUMMARY_FIELDS:
+        for band in fields:
             x = np.asarray(baseline[name][band], dtype=float)
             y = np.asarray(cols[band], dtype=float)
             if not len(x) or not len(y) or not (x.any() or y.any()):
@@ -196,9 +181,14 @@ def compare(
     baseline: ReportData, run: ReportData, *, resamples: int = RESAMPLES, seed: int = SEED
 ) -> list[BandChange]:
     """Every band of every env class present in both runs (:func:`compare_columns`)."""
+    if baseline.bands != run.bands:
+        raise ValueError(
+            f"the baseline's bands ({', '.join(baseline.bands.names)}) are not the run's "
+            f"({', '.join(run.bands.names)})"
+        )
     base = {name: cols for name, _, cols in baseline.groups()}
     this = {name: cols for name, _, cols in run.groups()}
-    return compare_columns(base, this, resamples=resamples, seed=seed)
+    return compare_columns(base, this, resamples=resamples, seed=seed, fields=run.fields)
 
 
 def changes_json(changes: list[BandChange]) -> list[dict[str, Any]]:
@@ -207,29 +197,25 @@ def changes_json(changes: list[BandChange]) -> list[dict[str, Any]]:
     def plain(v: Any) -> Any:
         return None if isinstance(v, float) and math.isnan(v) else v
 
-    return [{**{k: plain(v) for k, v in asdict(c).items()}, "beyond_noise": c.beyond_noise}
+    return [{**{k: plain(v) for k, v in asdict(c).items()}, "beyond_noise": c.marked}
             for c in changes]  # fmt: skip
 
 
 def print_changes(console: Any, changes: list[BandChange], baseline_name: str) -> None:
     """A table per env class (80 columns): means, the difference, its interval, the
     adjusted p-value and the mark; then what the mark means."""
-    from rich import box
-    from rich.table import Table
+    from otel_rollout.report._fit import table
 
     if not changes:
         console.print("no env class is in both runs: nothing to compare")
         return
     for env_class in dict.fromkeys(c.env_class for c in changes):
         rows = [c for c in changes if c.env_class == env_class]
-        t = Table(
-            title=f"{env_class}: run (n={rows[0].n_run}) against baseline "
-            f"(n={rows[0].n_baseline}), mean seconds",
-            box=box.SIMPLE_HEAD, padding=(0, 1), title_justify="left", pad_edge=False,
-        )  # fmt: skip
-        t.add_column("band", overflow="fold")
-        for h in ("base", "run", "diff", "change", "95% CI of diff", "p holm", ""):
-            t.add_column(h, justify="right", no_wrap=True)
+        t = table(["band", "base", "run", "diff", "change", "95% CI of diff", "p holm", ""],
+                  right=range(1, 8), title_justify="left",
+                  title=f"{mid(env_class, 30)}: run (n={rows[0].n_run}) against baseline "
+                  f"(n={rows[0].n_baseline}), mean seconds")  # fmt: skip
+        t.columns[0].no_wrap, t.columns[0].overflow = False, "fold"
         for c in rows:
             change = f"{100 * c.diff / c.mean_baseline:+.0f}%" if c.mean_baseline else "-"
             p = "-" if math.isnan(c.p_adjusted) else f"{c.p_adjusted:.3f}"
@@ -239,8 +225,36 @@ def print_changes(console: Any, changes: list[BandChange], baseline_name: str) -
         console.print(t)
     marked = sum(c.marked for c in changes)
     console.print(
-        f"* beyond noise over all {len(changes)} comparisons (Holm {ALPHA:.0%}), and >= "
-        f"{MIN_RELATIVE:.0%} and >= {MIN_ABSOLUTE_S * 1e3:.0f} ms: {marked} marked",
+        f"* beyond noise (Holm {ALPHA:.0%}), >= {MIN_RELATIVE:.0%} and >= "
+        f"{MIN_ABSOLUTE_S * 1e3:.0f} ms: {marked} of {len(changes)} comparisons marked",
         markup=False, highlight=False,
     )  # fmt: skip
     console.print(f"baseline: {baseline_name}", markup=False, highlight=False)
+
+
+def _batch_figures(views: Sequence[Any]) -> tuple[float, float, float]:
+    """Trajectories per second of batch wall, the mean wall and the mean drain (s)."""
+    wall = sum(v.analysis.wall_ns for v in views)
+    done = sum(v.analysis.trajectories for v in views)
+    drain = sum(v.analysis.drain_ns for v in views)
+    rate = done / (wall / 1e9) if wall > 0 else math.nan
+    return rate, wall / len(views) / 1e9, drain / len(views) / 1e9
+
+
+def _change(run: float, base: float) -> str:
+    return f"{(run - base) / base:+.0%}" if base > 0 and math.isfinite(run) else "n/a"
+
+
+def headline(base: Sequence[Any], run: Sequence[Any], width: int = 80) -> str:
+    """The answer first, in one line: the run's throughput, mean batch wall and drain,
+    each with its change from the baseline's (``base`` and ``run``: the batch views)."""
+    if not base or not run:
+        which = "either run" if not base and not run else "the baseline" if not base else "the run"
+        return f"vs baseline: no batch spans in {which}; the bands per env class below"
+    (r_rate, r_wall, r_drain), (b_rate, b_wall, b_drain) = _batch_figures(run), _batch_figures(base)
+    rate, wall, drain = _change(r_rate, b_rate), _change(r_wall, b_wall), _change(r_drain, b_drain)
+    long = (f"vs baseline: {r_rate:.1f} traj/s ({rate}), batch wall {r_wall:.2f} s ({wall}), "
+            f"drain {r_drain:.2f} s ({drain})")  # fmt: skip
+    if len(long) <= width:
+        return long
+    return f"vs baseline: throughput {rate}, batch wall {wall}, drain {drain}"

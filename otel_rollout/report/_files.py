@@ -1,8 +1,5 @@
-"""Trace files read line by line: OTLP JSON lines (or one pretty-printed ``.json`` document).
-
-A line that is not JSON, or not trace JSON, is skipped with a warning naming the file and
-line, and counted; reading goes on. Only a file that cannot be opened at all is an error.
-"""
+"""Trace files read line by line (or one pretty-printed ``.json`` document): a bad line is
+skipped, warned about and counted; most lines go the fast way (:mod:`._otlp_typed`)."""
 
 from __future__ import annotations
 
@@ -21,14 +18,15 @@ from otel_rollout.report._model import (
     TraceReadError,
     row_of,
 )
-from otel_rollout.report._otlp_typed import typed_rows, typed_spans
+from otel_rollout.report._otlp_typed import typed_rows
 
 #: A ``.json`` file smaller than this is also tried as one document (Jaeger UI downloads).
 _WHOLE_DOCUMENT_MAX_BYTES = 256 * 1024 * 1024
-
-#: Read at once: a trace file's lines are batches of hundreds of KB, handed on as views
-#: into these chunks (copying each line out costs as much as a fifth of the decoding).
+#: Read at once: lines are handed on as views into these chunks (copying each line out
+#: costs as much as a fifth of the decoding).
 _BUFFER_BYTES = 4 << 20
+#: The bytes ``bytes.isspace`` takes for white space: a line starting otherwise is not blank.
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 Warn = Callable[[str], object]
 T = TypeVar("T")
@@ -38,29 +36,22 @@ def _default_warn(message: str) -> None:
     warnings.warn(message, stacklevel=4)
 
 
-def iter_file_spans(
-    path: str | Path, result: ReadResult, warn: Warn | None = None
-) -> Iterator[RawSpan]:
-    """The spans of a trace file, one line at a time; bad lines are warned about, counted
-    in ``result.losses`` and skipped. Raises :class:`TraceReadError` if it cannot be read."""
-    for spans in _read(path, result, warn, typed_spans, list):
-        yield from spans
-
-
 def iter_file_rows(
     path: str | Path, result: ReadResult, warn: Warn | None = None
 ) -> Iterator[list[Row]]:
-    """:func:`iter_file_spans` as the assembler takes it: a list of rows a line
-    (:meth:`TraceAssembler.add_rows`), most lines decoded without a :class:`RawSpan`."""
-    return _read(path, result, warn, typed_rows, _rows_of)
+    """A list of :data:`Row` s a line; bad lines are warned about, counted in
+    ``result.losses`` and skipped. Raises :class:`TraceReadError` if it cannot be read."""
+    return _read(path, result, warn, typed_rows, lambda spans: [row_of(s) for s in spans])
 
 
-def _rows_of(spans: list[RawSpan]) -> list[Row]:
-    return [row_of(s) for s in spans]
+def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[RawSpan]:
+    """Every span of a trace file, as the general reader has them."""
+    lines = _read(path, result or ReadResult(), None, lambda line: None, list)
+    return [span for spans in lines for span in spans]
 
 
 def _read(path: str | Path, result: ReadResult, warn: Warn | None,
-          fast: Callable[[bytes], list[T] | None],
+          fast: Callable[[bytes | memoryview], list[T] | None],
           general: Callable[[list[RawSpan]], list[T]]) -> Iterator[list[T]]:  # fmt: skip
     """A list a line: ``fast(line)``, else ``general`` of the general reader's spans."""
     path = Path(path)
@@ -72,24 +63,24 @@ def _read(path: str | Path, result: ReadResult, warn: Warn | None,
     with f:
         try:
             if path.suffix == ".json" and path.stat().st_size < _WHOLE_DOCUMENT_MAX_BYTES:
-                whole = _whole_document(f.read(), path)
-                if whole is not None:
-                    yield general(whole)
+                try:
+                    doc = json.loads(f.read())
+                except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                    f.seek(0)  # JSON lines, read line by line
+                else:
+                    yield general(parse_document(doc, str(path)))
                     return
-                f.seek(0)
-            lineno = 0
-            for raw in _lines(f):
-                lineno += 1
+            for lineno, raw in enumerate(_lines(f), 1):
                 if not raw or (raw[0] in _SPACE and bytes(raw).isspace()):  # a blank line
                     continue
                 got = fast(raw)
-                if got is not None:  # the usual trace-file line, decoded the fast way
+                if got is not None:
                     yield got
                     continue
-                raw = bytes(raw)
                 where = f"{path}:{lineno}"
                 try:
-                    doc = json.loads(raw)
+                    doc = json.loads(bytes(raw))
+                    spans = parse_document(doc, where, result.lose)
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     why = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
                     _bad(result, warn, f"{where}: line skipped: invalid JSON ({why})")
@@ -97,26 +88,19 @@ def _read(path: str | Path, result: ReadResult, warn: Warn | None,
                 except RecursionError:
                     _bad(result, warn, f"{where}: line skipped: JSON nested too deeply")
                     continue
-                try:
-                    spans = parse_document(doc, where)
                 except TraceReadError as exc:
                     _bad(result, warn, f"{exc}; line skipped")
                     continue
                 if not spans:  # perhaps the writer's loss record
-                    for writer, counts in loss_records(doc):
+                    for writer, counts in loss_records(doc, result.lose):
                         result.note_export_losses(writer, counts)
                 yield general(spans)
         except OSError as exc:
             raise TraceReadError(f"{path}: read failed: {exc.strerror or exc}") from None
 
 
-#: The bytes ``bytes.isspace`` takes for white space: a line starting otherwise is not blank.
-_SPACE = frozenset(b" \t\n\r\x0b\x0c")
-
-
 def _lines(f: BinaryIO) -> Iterator[bytes | memoryview]:
-    """The lines of ``f`` as ``for line in f`` gives them (each with its ``\n``; the
-    last one without where the file does not end with one), most as views into a chunk
+    """The lines of ``f`` as ``for line in f`` gives them, most as views into a chunk
     read at once rather than a copy each: only a line across two chunks is joined."""
     parts: list[bytes] = []  # the start of a line begun in an earlier chunk
     while chunk := f.read(_BUFFER_BYTES):
@@ -140,20 +124,7 @@ def _lines(f: BinaryIO) -> Iterator[bytes | memoryview]:
         yield b"".join(parts)
 
 
-def _whole_document(data: bytes, path: Path) -> list[RawSpan] | None:
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None  # JSON lines, read line by line
-    return parse_document(doc, str(path))
-
-
 def _bad(result: ReadResult, warn: Warn, message: str) -> None:
     result.lose(LOSS_BAD_LINE)
     if result.warn(message):
         warn(message)
-
-
-def read_spans_file(path: str | Path, result: ReadResult | None = None) -> list[RawSpan]:
-    """Every span of a trace file, as a list (:func:`iter_file_spans` streams)."""
-    return list(iter_file_spans(path, result if result is not None else ReadResult()))

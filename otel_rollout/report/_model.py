@@ -9,6 +9,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
 from otel_rollout.attributes import PHASE as PHASE_KEY
+from otel_rollout.report._steps import StepSpans
 
 
 class TraceReadError(ValueError):
@@ -33,14 +34,12 @@ class RawSpan:
 
 
 #: A span as the assembler takes it: (trace id, span id, parent id, name, start ns, end ns
-#: or None, phase or None, the whole :class:`RawSpan` or None). The whole span is there
-#: when the assembler reads more of its attributes than the phase (a trajectory root, a
-#: batch span, engine timings); None says it has none of those.
+#: or None, phase or None, the whole :class:`RawSpan` where the assembler reads more of its
+#: attributes than the phase: a root, a batch span, engine timings).
 Row = tuple[str, int, int | None, str | None, int, int | None, str | None, RawSpan | None]
 
 
 def row_of(span: RawSpan) -> Row:
-    """A span as ``TraceAssembler.add_rows`` takes it."""
     phase = (span.attributes or {}).get(PHASE_KEY)
     return (span.trace_id, span.span_id, span.parent_id, span.name, span.start_ns,
             span.end_ns, None if phase is None else str(phase), span)  # fmt: skip
@@ -66,6 +65,8 @@ class BatchSpan:
     step: int | None
     start_ns: int
     end_ns: int | None
+    #: The declared concurrency (``rollout.batch.concurrency``), else None.
+    capacity: int | None = None
 
 
 #: Why a span or a trajectory read back was not counted (keys of ``ReadResult.losses``).
@@ -74,16 +75,15 @@ LOSS_DUPLICATE = "duplicate spans ignored"
 LOSS_MISSING_START = "spans rejected: missing start time"
 LOSS_MISSING_END = "spans rejected: missing end time"
 LOSS_INVERTED = "spans rejected: end before start"
-#: A time past 2**63 - 1 ns (the year 2262): OTLP allows it, nanosecond arithmetic does not.
 LOSS_TIME_RANGE = "spans rejected: time past the year 2262"
-#: The latest time a span may have (ns since the epoch).
+#: The latest time a span may have: OTLP allows up to 2**64 - 1, int64 arithmetic not.
 MAX_TIME_NS = 2**63 - 1
-#: A trajectory root ending before it starts (written by a process whose wall clock stepped
-#: back mid-trajectory): named for what it is, not "incomplete", and its phases with it.
 LOSS_INVERTED_ROOT = "trajectories rejected: root ends before it starts (a clock step?)"
 LOSS_LATE = "spans after their trajectory was reported"
 LOSS_INCOMPLETE = "incomplete trajectories (no root span)"
 LOSS_EVICTED = "traces cut short: read buffer full"
+#: A value the readers compute with that they cannot take: counted per key (this + key).
+LOSS_ODD_VALUE = "odd values skipped: "
 #: Spans the writer counted lost before they reached the file, per reason (``queue_full``...).
 LOSS_EXPORT_PREFIX = "spans lost before the file: "
 
@@ -93,8 +93,7 @@ MAX_LISTED = 1000
 
 @dataclass
 class ReadResult:
-    """What a read produced: trajectories (unless streamed to a callback) and every loss,
-    counted per reason."""
+    """What a read produced: trajectories (unless streamed) and every loss, per reason."""
 
     trajectories: list[TrajectoryTrace] = field(default_factory=list)
     #: trace ids with phase spans but no trajectory root (lost, still running, truncated);
@@ -107,12 +106,14 @@ class ReadResult:
     spans: int = 0
     #: batch spans read, by batch id
     batches: dict[str, BatchSpan] = field(default_factory=dict)
+    #: step spans and their phase spans read
+    steps: StepSpans = field(default_factory=StepSpans)
     #: the trace file's loss records: writer -> its latest cumulative losses per reason
     writer_losses: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def note_export_losses(self, writer: str, counts: dict[str, int]) -> None:
         """A loss record of ``writer``: its counts only grow, so the largest is the latest
-        (a record read twice, or in a rotated file read out of order, counts once)."""
+        (a record read twice, or out of order, counts once)."""
         latest = self.writer_losses.setdefault(writer, {})
         for why, n in counts.items():
             if n > latest.get(why, 0):
@@ -120,8 +121,7 @@ class ReadResult:
 
     @property
     def export_losses(self) -> dict[str, int]:
-        """Spans lost before they reached the trace file, per reason, over all writers
-        (as last recorded in the file: what a killed process lost after is not known)."""
+        """Spans lost before the trace file, per reason, summed over the writers."""
         total: dict[str, int] = {}
         for counts in self.writer_losses.values():
             for why, n in counts.items():
@@ -130,7 +130,7 @@ class ReadResult:
         return dict(sorted(total.items()))
 
     def all_losses(self) -> dict[str, int]:
-        """The reader's own losses and, prefixed, the writers' (:attr:`export_losses`)."""
+        """The reader's own losses and, prefixed, the writers'."""
         out = dict(self.losses)
         for why, n in self.export_losses.items():
             out[LOSS_EXPORT_PREFIX + why] = n
@@ -144,7 +144,7 @@ class ReadResult:
         self.losses[reason] = self.losses.get(reason, 0) + n
 
     def warn(self, message: str) -> bool:
-        """Keep ``message``; False once :data:`MAX_LISTED` are kept (then only counted)."""
+        """Keep ``message``; False once :data:`MAX_LISTED` are kept."""
         if len(self.warnings) >= MAX_LISTED:
             return False
         self.warnings.append(message)

@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from otel_rollout import attributes as A
+from otel_rollout._bands import DEFAULT_BANDS, BandRegistry
 from otel_rollout.report._aggregate import ReportData
-from otel_rollout.report._tables import HEADERS, table_rows
+from otel_rollout.report._tables import _mean, headers, table_rows
 
-COLORS = {
-    "llm": "#4C72B0",
-    "env": "#55A868",
-    "env_setup": "#C44E52",
-    "env_teardown": "#8172B2",
-    "other": "#CCB974",
-}
+#: Each band's colour, from the band registry.
+COLORS = DEFAULT_BANDS.colours
 
 
 #: The llm band's sub-parts, drawn as a narrow bar beside it where the engine reported them.
@@ -36,11 +30,7 @@ SPLIT_COLORS = {
 def _draw_llm_split(ax, x, groups) -> None:
     bottom = np.zeros(len(groups))
     for name, color in SPLIT_COLORS.items():
-        vals = []
-        for _, _, cols in groups:
-            col = cols.get(name)
-            known = col[~np.isnan(col)] if col is not None else np.array([])
-            vals.append(float(np.mean(known)) if known.size else 0.0)
+        vals = [_mean(cols.get(name)) or 0.0 for _, _, cols in groups]
         if not any(vals):
             continue
         ax.bar(x + 0.5, vals, width=0.15, bottom=bottom, label=name, color=color,
@@ -52,27 +42,32 @@ def _draw_llm_split(ax, x, groups) -> None:
 WAITS_IN_BAND = {"env_queue": ("env", "env_queue (waiting for a thread, counted in env)")}
 
 
-def _phase_style(phase: str, bands: Mapping[str, str] | None = None) -> dict:
+def _phase_style(
+    phase: str, bands: Mapping[str, str] | None = None, registry: BandRegistry = DEFAULT_BANDS
+) -> dict:
     """How a phase interval is drawn on the timeline: its band's colour; a wait in its
     band's colour, hatched and paler; anything else in ``other``'s."""
-    if phase in COLORS:
-        return {"color": COLORS[phase]}
+    colours = registry.colours
+    if phase in colours:
+        return {"color": colours[phase]}
     if phase in WAITS_IN_BAND:
         band = WAITS_IN_BAND[phase][0]
-        return {"facecolor": COLORS[band], "alpha": 0.55, "hatch": "///",
+        return {"facecolor": colours[band], "alpha": 0.55, "hatch": "///",
                 "edgecolor": "white"}  # fmt: skip
-    band = (bands or {}).get(phase, "other")
-    return {"color": COLORS.get(band, COLORS["other"])}
+    rest = colours[registry.remainder]
+    return {"color": colours.get((bands or {}).get(phase, registry.remainder), rest)}
 
 
-def _timeline_legend(ax) -> None:
+def _timeline_legend(ax, registry: BandRegistry) -> None:
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=c, label=b) for b, c in COLORS.items()]
+    colours = registry.colours
+    handles = [Patch(color=c, label=b) for b, c in colours.items()]
     for band, label in WAITS_IN_BAND.values():
-        handles.append(Patch(facecolor=COLORS[band], alpha=0.55, hatch="///",
+        handles.append(Patch(facecolor=colours[band], alpha=0.55, hatch="///",
                              edgecolor="white", label=label))  # fmt: skip
-    handles.append(Patch(facecolor=COLORS["other"], alpha=0.3, label="no phase span (other)"))
+    handles.append(Patch(facecolor=colours[registry.remainder], alpha=0.3,
+                         label=f"no phase span ({registry.remainder})"))  # fmt: skip
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14),
               ncol=3, frameon=False)  # fmt: skip
 
@@ -80,19 +75,17 @@ def _timeline_legend(ax) -> None:
 def draw(
     data: ReportData, out_dir: Path, stem: str = "breakdown", jaeger_url: str | None = None
 ) -> tuple[Path, Path]:
-    """Stacked bars per env class + a timeline of the slowest, each panel with its legend;
-    a PNG and an HTML page (tables that scroll rather than wrap, trace ids linked to the
-    Jaeger UI at ``jaeger_url``)."""
+    """Stacked bars per env class and a timeline of the slowest, as a PNG and an HTML page
+    (trace ids linked to the Jaeger UI at ``jaeger_url``)."""
     import matplotlib.pyplot as plt
 
     fig = figure(data)
     top = [t.breakdown for t in data.slowest()]
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / f"{stem}.png"
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    return png, _page(data, top, buf.getvalue(), png, out_dir / f"{stem}.html", jaeger_url)
+    return png, _page(data, top, png.read_bytes(), out_dir / f"{stem}.html", jaeger_url)
 
 
 def figure(data: ReportData):
@@ -112,9 +105,9 @@ def figure(data: ReportData):
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.6))
     x = np.arange(len(groups))
     bottom = np.zeros(len(groups))
-    for band in A.ALL_BANDS:
-        vals = np.array([float(np.mean(cols[band])) for _, _, cols in groups])
-        ax1.bar(x, vals, bottom=bottom, label=band, color=COLORS[band])
+    for band in data.bands:
+        vals = np.array([float(np.mean(cols[band.name])) for _, _, cols in groups])
+        ax1.bar(x, vals, bottom=bottom, label=band.name, color=band.colour)
         bottom += vals
     _draw_llm_split(ax1, x, groups)
     ax1.set_xticks(x, [g for g, _, _ in groups])
@@ -126,15 +119,16 @@ def figure(data: ReportData):
     t0 = min((b.start_time_ns for b in top), default=0)
     for row, (b, traj) in enumerate(zip(top, slow, strict=True)):
         ax2.broken_barh([((b.start_time_ns - t0) / 1e9, b.e2e)], (row - 0.4, 0.8),
-                        facecolor=COLORS["other"], alpha=0.3)  # fmt: skip
+                        facecolor=data.bands.colours[data.bands.remainder],
+                        alpha=0.3)  # fmt: skip
         for ph in sorted(traj.phases, key=lambda p: p.phase in WAITS_IN_BAND):  # waits on top
             ax2.broken_barh(
                 [((ph.start_ns - t0) / 1e9, (ph.end_ns - ph.start_ns) / 1e9)],
                 (row - 0.35, 0.7),
-                **_phase_style(ph.phase),
+                **_phase_style(ph.phase, registry=data.bands),
             )
     if top:
-        _timeline_legend(ax2)
+        _timeline_legend(ax2, data.bands)
     ax2.set_yticks(range(len(top)), [f"{b.trajectory_id}\n{b.trace_id[:8]}" for b in top])
     ax2.invert_yaxis()
     ax2.set_xlabel("seconds")
@@ -143,9 +137,8 @@ def figure(data: ReportData):
     return fig
 
 
-def _page(data: ReportData, top, png_bytes: bytes, png: Path, page_path: Path,
+def _page(data: ReportData, top, png_bytes: bytes, page_path: Path,
           jaeger_url: str | None) -> Path:  # fmt: skip
-    png.write_bytes(png_bytes)
     b64 = base64.b64encode(png_bytes).decode()
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (e, n, *cells, f)) + "</tr>"
@@ -160,7 +153,7 @@ def _page(data: ReportData, top, png_bytes: bytes, png: Path, page_path: Path,
         f"<code>{b.trace_id}</code></a></td></tr>"
         for b in top
     )
-    head = "".join(f"<th>{h}</th>" for h in HEADERS)
+    head = "".join(f"<th>{h}</th>" for h in headers(data))
     style = (
         "body{font-family:sans-serif;margin:2em}"
         ".scroll{overflow-x:auto;max-width:100%}"

@@ -1,4 +1,4 @@
-"""Where ``otel-rollout report`` reads traces: files (globs too), Jaeger's or Tempo's API."""
+"""Where ``otel-rollout report`` reads traces: files (globs, folders), Jaeger's or Tempo's API."""
 
 from __future__ import annotations
 
@@ -7,26 +7,23 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from otel_rollout.report._assemble import TraceAssembler
-from otel_rollout.report._documents import parse_document
+from otel_rollout.report._documents import Lose, parse_document
 from otel_rollout.report._files import Warn, iter_file_rows
-from otel_rollout.report._model import (
-    RawSpan,
-    ReadResult,
-    Row,
-    TraceReadError,
-    TrajectoryTrace,
-    row_of,
-)
+from otel_rollout.report._model import RawSpan, ReadResult, TraceReadError, TrajectoryTrace, row_of
 
 #: Jaeger's query service looks back this far when a search names no start (its default).
 JAEGER_LOOKBACK_NS = 2 * 24 * 3600 * 10**9
 #: Traces asked of a search API at most (Tempo answers 20 when a search names no limit).
 SEARCH_LIMIT = 10000
+#: configure()'s service name when nothing sets one (the settings table's default).
+DEFAULT_SERVICE = "otel-rollout"
+#: What a folder is read for: the trace files (rotated ones too), else any JSON in it.
+FOLDER_PATTERNS = (("traces-*.jsonl",), ("*.jsonl", "*.json"))
 
 
 def _get(url: str, timeout: float = 30.0, *, missing: Any = ...) -> Any:
@@ -49,15 +46,12 @@ def _get(url: str, timeout: float = 30.0, *, missing: Any = ...) -> Any:
         raise TraceReadError(f"{url}: not JSON: {exc.msg}") from None
 
 
-def _tempo(url: str) -> list[RawSpan]:
-    """Tempo: its search, then each trace by id (``/api/v2/traces/<id>``, OTLP JSON under
-    ``trace``; ``/api/traces/<id>`` for a Tempo without the v2 API)."""
+def _tempo(url: str, lose: Lose | None = None) -> list[RawSpan]:
+    """Tempo: its search, then each trace by id (``/api/v2/traces/<id>``, else
+    ``/api/traces/<id>`` for a Tempo without the v2 API)."""
     parts = urllib.parse.urlsplit(url)
-    base = f"{parts.scheme}://{parts.netloc}"
-    query = urllib.parse.parse_qs(parts.query)
-    if "limit" not in query:
-        sep = "&" if parts.query else "?"
-        url = f"{url}{sep}limit={SEARCH_LIMIT}"
+    if "limit" not in urllib.parse.parse_qs(parts.query):
+        url = f"{url}{'&' if parts.query else '?'}limit={SEARCH_LIMIT}"
     search = _get(url)
     hits = search.get("traces", []) if isinstance(search, dict) else None
     if not isinstance(hits, list | None) or not all(isinstance(h, dict) for h in hits or []):
@@ -65,28 +59,18 @@ def _tempo(url: str) -> list[RawSpan]:
     spans: list[RawSpan] = []
     for tr in hits or []:
         tid = tr.get("traceID") or tr.get("traceId")
-        turl = f"{base}/api/v2/traces/{tid}"
+        turl = f"{parts.scheme}://{parts.netloc}/api/v2/traces/{tid}"
         doc = _get(turl, missing=None)
         if doc is None:
-            turl = f"{base}/api/traces/{tid}"
+            turl = turl.replace("/api/v2/", "/api/")
             doc = _get(turl)
-        spans.extend(parse_document(doc, turl))
+        spans.extend(parse_document(doc, turl, lose))
     return spans
 
 
-def _rfc3339(ns: int) -> str:
-    secs, frac = divmod(ns, 10**9)
-    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
-
-
-#: configure()'s service name when nothing sets one (the settings table's default).
-DEFAULT_SERVICE = "otel-rollout"
-
-
 def default_service() -> str:
-    """The service a Jaeger base URL is asked for when ``--service`` is not given: what
-    configure() would name this process (``OTEL_ROLLOUT_SERVICE_NAME``, then
-    ``OTEL_SERVICE_NAME``, then ``otel-rollout``)."""
+    """The service a base URL is asked for without ``--service``: what configure() would
+    name this process."""
     for name in ("OTEL_ROLLOUT_SERVICE_NAME", "OTEL_SERVICE_NAME"):
         value = os.environ.get(name, "").strip()
         if value:
@@ -95,12 +79,10 @@ def default_service() -> str:
 
 
 def jaeger_services(base: str) -> list[str] | None:
-    """The services a Jaeger knows (``/api/v3/services``, else ``/api/services``), or
-    None when it does not answer."""
-    root = base.rstrip("/")
+    """The services a Jaeger knows, or None when it does not answer."""
     for path, key in (("/api/v3/services", "services"), ("/api/services", "data")):
         try:
-            doc = _get(root + path, timeout=5.0)
+            doc = _get(base.rstrip("/") + path, timeout=5.0)
         except TraceReadError:
             continue
         names = doc.get(key) if isinstance(doc, dict) else None
@@ -109,12 +91,22 @@ def jaeger_services(base: str) -> list[str] | None:
     return None
 
 
-def _jaeger_url(base: str, service: str | None, since: int | None, until: int | None) -> str:
-    """Jaeger's OTLP API (``/api/v3/traces``: nanosecond times, unlike ``/api/traces``'s
-    microseconds) for ``service``'s traces that started in [since, until]."""
+def _window(since: int | None, until: int | None) -> tuple[int, int]:
+    """The search's [start, end] in ns: Jaeger's own two days back when not given."""
     now = time.time_ns()
-    start = since if since is not None else now - JAEGER_LOOKBACK_NS
-    end = until if until is not None else now + 60 * 10**9
+    return (since if since is not None else now - JAEGER_LOOKBACK_NS,
+            until if until is not None else now + 60 * 10**9)  # fmt: skip
+
+
+def _rfc3339(ns: int) -> str:
+    secs, frac = divmod(ns, 10**9)
+    return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def _jaeger_url(base: str, service: str | None, since: int | None, until: int | None) -> str:
+    """Jaeger's OTLP API (``/api/v3/traces``: nanoseconds, unlike ``/api/traces``'s
+    microseconds) for ``service``'s traces that started in [since, until]."""
+    start, end = _window(since, until)
     query = {
         "query.service_name": service or default_service(),
         "query.start_time_min": _rfc3339(start),
@@ -135,46 +127,28 @@ def is_tempo(base: str, timeout: float = 5.0) -> bool:
         return False
 
 
-def _tempo_search_url(base: str, service: str | None, since: int | None,
-                      until: int | None) -> str:  # fmt: skip
-    """Tempo's search for ``service``'s traces that started in [since, until] (seconds)."""
-    now = time.time_ns()
-    start = since if since is not None else now - JAEGER_LOOKBACK_NS
-    end = until if until is not None else now + 60 * 10**9
-    query = {
-        "tags": f"service.name={service or default_service()}",
-        "start": start // 10**9,
-        "end": -(-end // 10**9),
-    }
-    return base.rstrip("/") + "/api/search?" + urllib.parse.urlencode(query)
-
-
-def _url_spans(
-    url: str, service: str | None, since: int | None = None, until: int | None = None
-) -> list[RawSpan]:
+def _url_spans(url: str, service: str | None, since: int | None, until: int | None,
+               lose: Lose) -> list[RawSpan]:  # fmt: skip
+    """The spans a backend answers for ``url``."""
     if "/api/search" in url:
-        return _tempo(url)
+        return _tempo(url, lose)
     if "/api/" not in url:  # a base URL: Tempo's, or else Jaeger's
         if is_tempo(url):
-            return _tempo(_tempo_search_url(url, service, since, until))
+            start, end = _window(since, until)
+            query = {"tags": f"service.name={service or default_service()}",
+                     "start": start // 10**9, "end": -(-end // 10**9)}  # fmt: skip
+            return _tempo(url.rstrip("/") + "/api/search?" + urllib.parse.urlencode(query), lose)
         url = _jaeger_url(url, service, since, until)
     # Jaeger's /api/v3 answers 404 when no trace matches.
     doc = _get(url, missing={"result": {"resourceSpans": []}} if "/api/v3/" in url else ...)
-    return parse_document(doc, url)
+    return parse_document(doc, url, lose)
 
 
 def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-#: What a folder given as input is read for: configure()'s and the demo's trace files
-#: (rotated ones too), else any OTLP JSON lines or JSON file in it.
-FOLDER_PATTERNS = (("traces-*.jsonl",), ("*.jsonl", "*.json"))
-
-
-def folder_files(folder: str) -> list[str]:
-    """The trace files in ``folder`` (see :data:`FOLDER_PATTERNS`), in name order; a
-    folder without any is a :class:`TraceReadError` saying what was looked for."""
+def _folder_files(folder: str) -> list[str]:
     for patterns in FOLDER_PATTERNS:
         found = sorted({f for p in patterns for f in glob.glob(os.path.join(folder, p))})
         found = [f for f in found if os.path.isfile(f)]
@@ -185,33 +159,22 @@ def folder_files(folder: str) -> list[str]:
 
 
 def expand(sources: Iterable[str]) -> list[str]:
-    """Files, folders (their trace files), globs (``traces-*.jsonl``, in name order) and
-    URLs, as a list of each; a glob that matches nothing, a missing file or a folder
-    without trace files is a :class:`TraceReadError`."""
+    """Files, folders (their trace files), globs (in name order) and URLs, as a list of
+    each; a glob that matches nothing or a folder without trace files raises."""
     out: list[str] = []
     for source in sources:
-        if not is_url(source) and os.path.isdir(source):
-            out.extend(folder_files(source))
-            continue
-        if is_url(source) or os.path.exists(source) or not glob.has_magic(source):
-            out.append(source)
-            continue
-        matches = sorted(glob.glob(source))
-        if not matches:
-            raise TraceReadError(f"{source}: no file matches")
-        out.extend(matches)
-    return out
-
-
-def _row_lists(sources: Sequence[str], service: str | None, result: ReadResult,
-               warn: Warn | None, since: int | None = None,
-               until: int | None = None) -> Iterator[list[Row]]:  # fmt: skip
-    """The spans of every source as the assembler takes them, a list at a time."""
-    for source in sources:
         if is_url(source):
-            yield [row_of(s) for s in _url_spans(source, service, since, until)]
+            out.append(source)
+        elif os.path.isdir(source):
+            out.extend(_folder_files(source))
+        elif os.path.exists(source) or not glob.has_magic(source):
+            out.append(source)
         else:
-            yield from iter_file_rows(source, result, warn)
+            matches = sorted(glob.glob(source))
+            if not matches:
+                raise TraceReadError(f"{source}: no file matches")
+            out.extend(matches)
+    return out
 
 
 def read_sources(
@@ -226,16 +189,8 @@ def read_sources(
     skipped: Callable[[TrajectoryTrace], object] | None = None,
 ) -> ReadResult:
     """Every trajectory in ``sources`` (files, folders, globs, Jaeger or Tempo URLs), read
-    as one stream: a trajectory split across rotated files is put back together.
-    ``skipped`` is handed the trajectories of other services than ``service``.
-
-    With ``emit``, each trajectory is handed to it and not kept (memory stays bounded
-    whatever the input's size); else they are kept in ``ReadResult.trajectories``. Bad
-    lines go to ``warn`` (default: :func:`warnings.warn`) and every loss is counted in
-    ``ReadResult.losses``. ``since``/``until`` (unix ns) bound a Jaeger base URL's search
-    (default: Jaeger's own two days back). Raises :class:`TraceReadError` for input that
-    cannot be read.
-    """
+    as one stream (docs/demo.md): handed to ``emit`` (else kept), those of other services
+    to ``skipped``, bad lines to ``warn``; ``since``/``until`` (unix ns) bound a search."""
     result = ReadResult()
     keep = emit or result.trajectories.append
     if service is not None:
@@ -248,14 +203,23 @@ def read_sources(
                 skipped(t)
 
     assembler = TraceAssembler(keep, result, bands=bands)
-    for rows in _row_lists(expand(sources), service, result, warn, since, until):
-        assembler.add_rows(rows)
+    for source in expand(sources):
+        if is_url(source):
+            spans = _url_spans(source, service, since, until, result.lose)
+            assembler.add_rows([row_of(s) for s in spans])
+        else:
+            for rows in iter_file_rows(source, result, warn):
+                assembler.add_rows(rows)
     return assembler.finish()
 
 
 def read_source(
     source: str, *, bands: dict[str, str] | None = None, service: str | None = None
 ) -> ReadResult:
-    """Breakdowns from a trace file, a Jaeger URL (its base URL, ``/api/v3/traces?...`` or
-    ``/api/traces?...``) or a Tempo ``/api/search?...`` URL."""
+    """:func:`read_sources` of one file or URL, its trajectories kept."""
     return read_sources([source], bands=bands, service=service)
+
+
+def read_trace_file(path: str | os.PathLike[str], *,
+                    bands: Mapping[str, str] | None = None) -> ReadResult:  # fmt: skip
+    return read_sources([os.fspath(path)], bands=bands)

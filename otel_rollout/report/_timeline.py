@@ -1,7 +1,5 @@
-"""A timeline per batch: a row per trajectory sorted by finish, its bands coloured, the
-tail shaded, the median finish marked and engine demand drawn underneath. A PNG
-(matplotlib) and an HTML page whose SVG shows each trajectory's breakdown on hover and
-links trace ids to Jaeger."""
+"""A timeline per batch (docs/batch.md): a row per trajectory by finish, the drain shaded,
+the slot account over time underneath; a PNG and an HTML page (SVG, hover, Jaeger links)."""
 
 from __future__ import annotations
 
@@ -11,25 +9,29 @@ from pathlib import Path
 
 import numpy as np
 
-from otel_rollout import attributes as A
-from otel_rollout._accounting.batch_figures import BatchAnalysis
-from otel_rollout._accounting.breakdown import Breakdown
-from otel_rollout.report._batches import BatchView, tail_spent_on
+from otel_rollout._accounting.batch_analysis import BatchAnalysis
+from otel_rollout._accounting.breakdown import Breakdown, PhaseInterval
+from otel_rollout._accounting.slots import EMPTY, SlotAccount
+from otel_rollout._bands import DEFAULT_BANDS
+from otel_rollout.report._batches import BatchView, drain_said, engine_said, slots_said
 
 #: Jaeger's UI in the compose stack; ``--jaeger-url`` or ``OTEL_ROLLOUT_JAEGER_URL`` move it.
 DEFAULT_JAEGER_URL = "http://localhost:16686"
 JAEGER_URL_ENV = "OTEL_ROLLOUT_JAEGER_URL"
 #: Rows drawn per batch: every straggler, and an even sample of the rest.
 MAX_ROWS = 200
-#: Batches drawn (the longest tails).
+#: Batches drawn (the longest drains).
 MAX_BATCHES_DRAWN = 10
-COLORS = {
-    "llm": "#4C72B0",
-    "env": "#55A868",
-    "env_setup": "#C44E52",
-    "env_teardown": "#8172B2",
-    "other": "#CCB974",
-}
+#: Each band's colour, from the band registry.
+COLORS = DEFAULT_BANDS.colours
+#: Empty slots in the slot account's area.
+EMPTY_COLOR = "#E4E4E4"
+PART_COLORS = {**COLORS, EMPTY: EMPTY_COLOR}
+
+
+def part_colours(account: SlotAccount) -> dict[str, str]:
+    """The colour of each part of an account: its bands' (the registry's), then empty."""
+    return {**account.bands.colours, EMPTY: EMPTY_COLOR}
 
 
 def jaeger_url(arg: str | None = None) -> str:
@@ -50,10 +52,10 @@ def rows(a: BatchAnalysis, breakdowns: list[Breakdown]) -> list[Breakdown]:
     return [b for b in order if id(b) in picked]
 
 
-def _segments(b: Breakdown) -> list[tuple[str, int, int]]:
+def _segments(b: Breakdown) -> list[PhaseInterval]:
     """The band intervals in drawing order: lowest priority first, so llm is on top."""
-    ivs = b.phase_intervals()
-    return sorted(ivs, key=lambda p: -A.BANDS.index(p.phase))
+    ivs, index = b.phase_intervals(), b.bands.index
+    return sorted(ivs, key=lambda p: -index[p.phase])
 
 
 def draw_batch_png(view: BatchView, breakdowns: list[Breakdown], path: Path) -> Path:
@@ -74,30 +76,33 @@ def draw_batch_png(view: BatchView, breakdowns: list[Breakdown], path: Path) -> 
                        color=COLORS["other"])  # fmt: skip
         for band, s, e in _segments(b):
             ax.broken_barh([((s - s0) / 1e9, (e - s) / 1e9)], (row - 0.4, 0.8), color=COLORS[band])
-    med, last = a.median_finish_ns / 1e9, a.wall_ns / 1e9
+    drain, last = (a.slots.drain_start_ns - s0) / 1e9, a.wall_ns / 1e9
     for axis in (ax, ax2):
-        axis.axvspan(med, last, color="#999999", alpha=0.18, lw=0)
-        axis.axvline(med, color="black", lw=1, ls="--")
+        axis.axvspan(drain, last, color="#999999", alpha=0.18, lw=0)
+        axis.axvline(drain, color="black", lw=1, ls="--")
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_yticks([])
     ax.set_ylabel(f"{len(shown)} of {a.trajectories} trajectories, by finish")
-    ax.set_title(
-        f"batch {view.name}: wall {a.wall_ns / 1e9:.2f} s, tail {a.tail_ns / 1e9:.2f} s "
-        f"({100 * a.tail_frac:.0f}%), tail spent on {tail_spent_on(a) or 'nothing'}",
-        fontsize=10,
-    )
-    handles = [matplotlib.patches.Patch(color=c, label=b) for b, c in COLORS.items()]
+    ax.set_title(f"batch {view.name}: wall {a.wall_ns / 1e9:.2f} s; {drain_said(a)}",
+                 fontsize=10)  # fmt: skip
+    colours = part_colours(a.slots)
+    handles = [matplotlib.patches.Patch(color=c, label=b) for b, c in colours.items()]
     ax.legend(handles=handles, loc="upper right", fontsize=8)
-    for step, label, color in ((a.in_flight, "in flight", "#888888"),
-                               (a.in_generate, "in generate", COLORS["llm"])):  # fmt: skip
-        t = np.append((step.times_ns - s0) / 1e9, last)
-        v = np.append(step.values, step.values[-1] if len(step.values) else 0)
-        ax2.step(t, v, where="post", label=label, color=color)
-    ax2.axhline(a.llm_concurrency_max / 4, color=COLORS["llm"], lw=0.8, ls=":",
-                label="1/4 of peak generate")  # fmt: skip
-    ax2.set_ylabel("trajectories")
-    ax2.set_xlabel("seconds since the batch started (tail shaded, median finish dashed)")
-    ax2.legend(loc="upper right", fontsize=8)
+    tl = a.slots.timeline
+    t = (tl.times_ns - s0) / 1e9
+    parts = a.slots.parts
+    ax2.stackplot(t, *(tl.column(p) for p in parts), colors=[colours[p] for p in parts],
+                  step="post", lw=0)  # fmt: skip
+    over = tl.column("overflow")
+    if over.any():
+        ax2.step(t, np.where(over > 0, a.capacity + over, np.nan), where="post",
+                 color="black", lw=0.8, label="in flight beyond the slots")  # fmt: skip
+        ax2.legend(loc="upper right", fontsize=8)
+    ax2.set_ylim(0, max(a.capacity + int(over.max()), 1))
+    ax2.set_ylabel(f"{a.capacity} slots")
+    ax2.set_title(f"slots: {slots_said(a.slots.slot_ns, top=6)}; {engine_said(a)}",
+                  fontsize=9, loc="left")  # fmt: skip
+    ax2.set_xlabel("seconds since the batch started (drain shaded, its start dashed)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -134,7 +139,7 @@ def _axis(x, y: float, wall_ns: int, left: float, right: float) -> list[str]:
 
 
 def _tooltip(b: Breakdown, s0: int) -> str:
-    bands = ", ".join(f"{band} {b.band(band):.3f}" for band in A.ALL_BANDS)
+    bands = ", ".join(f"{band} {b.band(band):.3f}" for band in b.bands.names)
     return (f"{b.trajectory_id} ({b.env_class or '-'}): finish {(b.end_time_ns - s0) / 1e9:.3f} s, "
             f"e2e {b.e2e:.3f} s; {bands}; {b.turns} turns; trace {b.trace_id}")  # fmt: skip
 
@@ -156,10 +161,10 @@ def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="10">']  # fmt: skip
-    tail_x = x(a.median_finish_time_ns)
-    out.append(f'<rect x="{tail_x:.1f}" y="0" width="{x(a.end_ns) - tail_x:.1f}" '
-               f'height="{height}" fill="#999" fill-opacity="0.18"><title>tail: '
-               f'{a.tail_ns / 1e9:.3f} s</title></rect>')  # fmt: skip
+    drain_x = x(a.slots.drain_start_ns)
+    out.append(f'<rect x="{drain_x:.1f}" y="0" width="{x(a.end_ns) - drain_x:.1f}" '
+               f'height="{height}" fill="#999" fill-opacity="0.18"><title>drain: '
+               f'{a.drain_ns / 1e9:.3f} s</title></rect>')  # fmt: skip
     for row, b in enumerate(shown):
         y = top + row * row_h
         href = html.escape(f"{jaeger}/trace/{b.trace_id}", quote=True)
@@ -172,26 +177,40 @@ def batch_svg(view: BatchView, breakdowns: list[Breakdown], jaeger: str) -> str:
             out.append(f'<rect x="{x(s):.1f}" y="{y}" width="{max(x(e) - x(s), 0.3):.1f}" '
                        f'height="{row_h - 1}" fill="{COLORS[band]}"/>')  # fmt: skip
         out.append("</g></a>")
-    out.append(f'<line x1="{tail_x:.1f}" x2="{tail_x:.1f}" y1="0" y2="{height}" '
+    out.append(f'<line x1="{drain_x:.1f}" x2="{drain_x:.1f}" y1="0" y2="{height}" '
                'stroke="black" stroke-dasharray="4 3">'
-               "<title>median finish</title></line>")  # fmt: skip
+               "<title>drain start</title></line>")  # fmt: skip
     out.extend(_axis(rel, top + len(shown) * row_h + 4, wall, left, width - left))
     base = top + len(shown) * row_h + axis_h + 20 + demand_h
-    peak = max(a.in_flight.max(), 1)
-    for step, color, label in ((a.in_flight, "#888", "in flight"),
-                               (a.in_generate, COLORS["llm"], "in generate")):  # fmt: skip
-        pts = []
-        t = [*step.times_ns.tolist(), a.end_ns]
-        for i, v in enumerate(step.values.tolist()):
-            y = base - v / peak * demand_h
-            pts += [f"{x(t[i]):.1f},{y:.1f}", f"{x(t[i + 1]):.1f},{y:.1f}"]
-        out.append(f'<polyline fill="none" stroke="{color}" points="{" ".join(pts)}">'
-                   f"<title>{label}</title></polyline>")  # fmt: skip
-    out.append(f'<text x="{left}" y="{base + 14}">engine demand: trajectories in flight '
-               "(grey) and inside a generate call (blue); peak "
-               f"{a.llm_concurrency_max}</text>")  # fmt: skip
+    out.extend(_slot_area(a, x, base, demand_h))
+    out.append(f'<text x="{left}" y="{base + 14}">{a.capacity} slots: '
+               f"{html.escape(slots_said(a.slots.slot_ns, top=6))}</text>")  # fmt: skip
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _slot_area(a: BatchAnalysis, x, base: float, h: float) -> list[str]:
+    """The slot account over time as stacked SVG polygons, ``h`` pixels for the capacity."""
+    tl = a.slots.timeline
+    cap = max(a.capacity + int(tl.column("overflow").max()), 1)
+    xs = [x(t) for t in tl.times_ns.tolist()]
+    low = np.zeros(len(xs))
+    out = []
+    colours = part_colours(a.slots)
+    for part in a.slots.parts:
+        high = low + tl.column(part)
+        if high.any() and (high > low).any():
+            top = [f"{xs[i]:.1f},{base - high[i] / cap * h:.1f} "
+                   f"{xs[min(i + 1, len(xs) - 1)]:.1f},{base - high[i] / cap * h:.1f}"
+                   for i in range(len(xs))]  # fmt: skip
+            bottom = [f"{xs[min(i + 1, len(xs) - 1)]:.1f},{base - low[i] / cap * h:.1f} "
+                      f"{xs[i]:.1f},{base - low[i] / cap * h:.1f}"
+                      for i in reversed(range(len(xs)))]  # fmt: skip
+            frac = 100 * a.slots.frac(part)
+            out.append(f'<polygon fill="{colours[part]}" points="{" ".join(top + bottom)}">'
+                       f"<title>{part}: {frac:.0f}% of the slots</title></polygon>")  # fmt: skip
+        low = high
+    return out
 
 
 def write_batch_pages(
@@ -200,11 +219,11 @@ def write_batch_pages(
     out_dir: Path,
     jaeger: str | None = None,
 ) -> tuple[list[Path], Path | None]:
-    """PNG timelines and one HTML page for the batches with the longest tails."""
+    """PNG timelines and one HTML page for the batches with the longest drains."""
     if not views:
         return [], None
     jaeger = jaeger_url(jaeger)
-    drawn = sorted(views, key=lambda v: -v.analysis.tail_ns)[:MAX_BATCHES_DRAWN]
+    drawn = sorted(views, key=lambda v: -v.analysis.drain_ns)[:MAX_BATCHES_DRAWN]
     drawn.sort(key=lambda v: v.analysis.start_ns)
     pngs, sections = [], []
     for i, v in enumerate(drawn):
@@ -212,26 +231,25 @@ def write_batch_pages(
         pngs.append(draw_batch_png(v, bds, out_dir / f"batch-{i}.png"))
         a = v.analysis
         strag = "".join(
-            f"<tr><td>{html.escape(b.trajectory_id)}</td><td>{html.escape(str(b.env_class))}"
-            f"</td><td>{(b.end_time_ns - a.start_ns) / 1e9:.3f}</td><td>{b.e2e:.3f}</td>"
-            f'<td><a href="{html.escape(jaeger)}/trace/{b.trace_id}"><code>{b.trace_id}'
+            f"<tr><td>{html.escape(s.trajectory_id)}</td>"
+            f"<td>{html.escape(str(s.breakdown.env_class))}</td>"
+            f"<td>{s.duration_ns / 1e9:.3f}</td><td>{s.cost_ns / 1e9:.3f}</td>"
+            f'<td><a href="{html.escape(jaeger)}/trace/{s.trace_id}"><code>{s.trace_id}'
             "</code></a></td></tr>"
-            for b in reversed(a.stragglers)
+            for s in sorted(a.slots.stragglers, key=lambda s: -s.cost_ns)
         )
+        said = "; ".join((f"{a.capacity} slots: {slots_said(a.slots.slot_ns, top=6)}",
+                          drain_said(a), engine_said(a)))  # fmt: skip
         sections.append(
             f"<h2>batch {html.escape(v.name)}</h2><p>{a.trajectories} trajectories, wall "
-            f"{a.wall_ns / 1e9:.3f} s, median finish {a.median_finish_ns / 1e9:.3f} s, tail "
-            f"{a.tail_ns / 1e9:.3f} s ({100 * a.tail_frac:.0f}% of wall); tail spent on "
-            f"{html.escape(tail_spent_on(a) or 'nothing')}; generate concurrency mean "
-            f"{a.llm_concurrency_mean:.1f}, max {a.llm_concurrency_max}, below a quarter of "
-            f"max {100 * a.low_llm_demand_frac:.0f}% of wall.</p>"
+            f"{a.wall_ns / 1e9:.3f} s; {html.escape(said)}.</p>"
             f'<div class="scroll">{batch_svg(v, bds, jaeger)}</div><h3>stragglers</h3>'
-            '<div class="scroll"><table><tr><th>trajectory</th>'
-            f"<th>env class</th><th>finish s</th><th>e2e s</th><th>trace id</th></tr>{strag}"
-            "</table></div>"
+            '<div class="scroll"><table><tr><th>trajectory</th><th>env class</th>'
+            f"<th>duration s</th><th>cost s</th><th>trace id</th></tr>{strag}</table></div>"
         )
     legend = " ".join(
-        f'<span style="background:{c};padding:0 6px">&nbsp;</span> {b}' for b, c in COLORS.items()
+        f'<span style="background:{c};padding:0 6px">&nbsp;</span> {b}'
+        for b, c in PART_COLORS.items()
     )
     page = out_dir / "batches.html"
     page.write_text(
@@ -239,7 +257,8 @@ def write_batch_pages(
         "</title><style>body{font-family:sans-serif;margin:2em}"
         "td,th{padding:2px 8px;white-space:nowrap}.scroll{overflow-x:auto}"
         "</style></head><body><h1>otel-rollout: batches</h1><p>One row per trajectory by "
-        "finish; the tail (median finish to last finish) shaded. Hover a row for its "
+        "finish; the drain (the first slot left empty for good to the last finish) shaded; "
+        "under the rows, the slots over time by band, empty ones grey. Hover a row for its "
         f"breakdown, click it to open the trace in Jaeger ({html.escape(jaeger)}).</p>"
         f"<p>{legend}</p>{''.join(sections)}</body></html>",
         encoding="utf-8",

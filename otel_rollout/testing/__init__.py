@@ -1,17 +1,16 @@
-"""Test helpers and a pytest plugin: local providers with in-memory exporter and reader.
-
-``make_test_env()`` builds a :class:`RolloutTestEnv` without touching global providers;
-the ``rollout_env`` fixture gives one per test (real time), ``manual_env`` one on a
-:class:`ManualClock` with :class:`DeterministicIds`, for exact-nanosecond assertions.
-Under this plugin otel-rollout's internal errors raise instead of being logged, so bugs
-surface in tests.
+"""Test helpers and an opt-in pytest plugin (``pytest_plugins = ["otel_rollout.testing"]``):
+local providers with in-memory span and log exporters and a metric reader; under the
+plugin otel-rollout's internal errors raise instead of being logged (docs/agent-loop.md,
+"Testing your own code").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs import export as logs_export
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -25,6 +24,7 @@ from otel_rollout import attributes as A
 from otel_rollout._accounting.breakdown import Breakdown
 from otel_rollout._accounting.summary import BreakdownCollector
 from otel_rollout._api.tracer import Clock, RolloutTracer
+from otel_rollout._export.log_file import EVENT_NAME_ATTRIBUTE
 from otel_rollout._processing.breakdown_processor import BreakdownProcessor
 from otel_rollout.testing._clock import DeterministicIds, ManualClock
 
@@ -34,30 +34,8 @@ __all__ = [
     "RolloutTestEnv",
     "make_test_env",
     "manual_env",
-    "metric_points",
     "rollout_env",
 ]
-
-
-def metric_points(
-    reader: InMemoryMetricReader, name: str, attributes: Mapping[str, Any] | None = None
-) -> list[Any]:
-    """Data points of metric ``name`` whose attributes include ``attributes``."""
-    data = reader.get_metrics_data()
-    out: list[Any] = []
-    if data is None:
-        return out
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                if metric.name != name:
-                    continue
-                for point in metric.data.data_points:
-                    attrs = dict(point.attributes or {})
-                    if attributes and any(attrs.get(k) != v for k, v in attributes.items()):
-                        continue
-                    out.append(point)
-    return out
 
 
 class RolloutTestEnv:
@@ -89,21 +67,23 @@ class RolloutTestEnv:
             self.meter_provider, on_breakdown=self.collector, bands=bands, **processor_options
         )
         self.span_exporter = InMemorySpanExporter()
-        kwargs: dict[str, Any] = {"resource": self.meter_provider._sdk_config.resource}
-        if sampler is not None:
-            kwargs["sampler"] = sampler
-        if id_generator is not None:
-            kwargs["id_generator"] = id_generator
-        self.tracer_provider = TracerProvider(**kwargs)
+        self.tracer_provider = TracerProvider(
+            sampler=sampler, resource=self.meter_provider._sdk_config.resource,
+            id_generator=id_generator,
+        )  # fmt: skip
         self.tracer_provider.add_span_processor(self.processor)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.span_exporter))
-        self.tracer = RolloutTracer(
-            self.tracer_provider,
-            self.meter_provider,
-            processor=self.processor,
-            clock=clock,
-            id_generator=id_generator,
+        # the SDK's in-memory log exporter (renamed in 1.39)
+        memory = getattr(logs_export, "InMemoryLogRecordExporter", None)
+        self.log_exporter = (memory or logs_export.InMemoryLogExporter)()
+        self.logger_provider = LoggerProvider(resource=self.meter_provider._sdk_config.resource)
+        self.logger_provider.add_log_record_processor(
+            logs_export.SimpleLogRecordProcessor(self.log_exporter)
         )
+        self.tracer = RolloutTracer(self.tracer_provider, self.meter_provider,
+                                    processor=self.processor, clock=clock,
+                                    id_generator=id_generator,
+                                    logger_provider=self.logger_provider)  # fmt: skip
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         """Finished, exported spans (optionally only those called ``name``), in end order."""
@@ -119,6 +99,13 @@ class RolloutTestEnv:
         sid = parent.context.span_id
         return [s for s in self.spans() if s.parent is not None and s.parent.span_id == sid]
 
+    def events(self, name: str) -> list[Any]:
+        """Log records of event ``name`` (rewards: ``gen_ai.evaluation.result``), in the
+        order emitted: each with its ``attributes``, ``trace_id`` and ``span_id``."""
+        records = [item.log_record for item in self.log_exporter.get_finished_logs()]
+        return [r for r in records if (getattr(r, "event_name", None)
+                or (r.attributes or {}).get(EVENT_NAME_ATTRIBUTE)) == name]  # fmt: skip
+
     @property
     def breakdowns(self) -> list[Breakdown]:
         """Breakdowns produced so far (not drained)."""
@@ -126,7 +113,16 @@ class RolloutTestEnv:
 
     def metric_points(self, name: str, **attributes: Any) -> list[Any]:
         """Data points of metric ``name`` whose attributes include ``attributes``."""
-        return metric_points(self.metric_reader, name, attributes)
+        data = self.metric_reader.get_metrics_data()
+        return [
+            point
+            for rm in (data.resource_metrics if data is not None else ())
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == name
+            for point in metric.data.data_points
+            if all((point.attributes or {}).get(k) == v for k, v in attributes.items())
+        ]
 
     def histogram_points(self, name: str, **attributes: Any) -> list[HistogramDataPoint]:
         """Histogram data points of ``name`` (keys with dots: pass ``**{"a.b": v}``)."""
@@ -135,6 +131,7 @@ class RolloutTestEnv:
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+        self.logger_provider.shutdown()
 
 
 def make_test_env(**options: Any) -> RolloutTestEnv:
@@ -143,18 +140,10 @@ def make_test_env(**options: Any) -> RolloutTestEnv:
     return RolloutTestEnv(**options)
 
 
-def _bucket_index(bounds: Sequence[float], value: float) -> int:
-    """Index of the explicit-bucket histogram bucket holding ``value`` (upper inclusive)."""
-    for i, bound in enumerate(bounds):
-        if value <= bound:
-            return i
-    return len(bounds)
-
-
 try:
     import pytest
 except ImportError:  # pragma: no cover - the helpers work without pytest
-    pytest = None  # type: ignore[assignment]
+    pytest = None  # type: ignore[assignment]  # a module, or None without it
 
 if pytest is not None:
 
@@ -162,20 +151,16 @@ if pytest is not None:
     def rollout_env() -> Iterator[RolloutTestEnv]:
         """Local providers, an in-memory span exporter and metric reader, and a tracer."""
         env = RolloutTestEnv()
-        try:
-            yield env
-        finally:
-            env.shutdown()
+        yield env
+        env.shutdown()
 
     @pytest.fixture
     def manual_env() -> Iterator[RolloutTestEnv]:
         """Like ``rollout_env``, on a :class:`ManualClock` (``manual_env.clock.advance(ms=5)``)
         and :class:`DeterministicIds`: durations are exactly what the test says."""
         env = RolloutTestEnv(clock=ManualClock(), id_generator=DeterministicIds())
-        try:
-            yield env
-        finally:
-            env.shutdown()
+        yield env
+        env.shutdown()
 
     def pytest_configure(config: Any) -> None:
         from otel_rollout._base.errors import set_raise_internal_errors

@@ -1,8 +1,5 @@
-"""A clock that moves only when the test moves it, and ids drawn from a seeded generator.
-
-With these, a test states exact durations (``clock.advance(ms=30)``) and asserts exact
-integer nanoseconds, whatever else the machine is doing.
-"""
+"""A clock that moves only when the test moves it, and ids drawn from a seeded generator:
+a test states exact durations (``clock.advance(ms=30)``) and asserts exact nanoseconds."""
 
 from __future__ import annotations
 
@@ -18,13 +15,9 @@ DEFAULT_START_NS = 1_700_000_000_000_000_000
 
 
 class ManualClock:
-    """Nanoseconds since the epoch that stand still until :meth:`advance` moves them.
-
-    Pass it as ``clock=`` to :class:`~otel_rollout.RolloutTracer` (or
-    ``make_test_env(clock=...)``): every span the tracer makes starts and ends at the
-    clock's current reading. ``step_ns`` moves the clock by that much after each reading,
-    for code that cannot call ``advance()`` itself. Thread-safe.
-    """
+    """Nanoseconds since the epoch that stand still until :meth:`advance` moves them; a
+    ``clock=`` for :class:`~otel_rollout.RolloutTracer` or ``make_test_env``. ``step_ns``
+    moves it that much after each reading, for code that cannot call ``advance()``."""
 
     def __init__(self, start_ns: int = DEFAULT_START_NS, *, step_ns: int = 0) -> None:
         if start_ns < 0 or step_ns < 0:
@@ -55,12 +48,8 @@ class ManualClock:
 
 
 class DeterministicIds(IdGenerator):
-    """Trace and span ids from a seeded generator: the same ids on every run.
-
-    Ids are spread over their whole range (not 1, 2, 3...), so ratio samplers that decide
-    on the trace id behave as with random ids. Use as the ``TracerProvider``'s
-    ``id_generator`` and as :class:`~otel_rollout.RolloutTracer`'s (trajectory ids).
-    """
+    """Trace and span ids from a seeded generator: the same ids on every run, spread over
+    their whole range so ratio samplers behave as with random ids."""
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = random.Random(seed)

@@ -70,6 +70,7 @@ def configure_file_run(tmp_path: Any, monkeypatch: Any, **kw: Any) -> Any:
     """A local configure() writing its trace file under ``tmp_path``, spans and in-flight
     records reaching the file within ~0.1 s."""
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "50")
     monkeypatch.setenv("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S", "0.1")
     return otel_rollout.configure(local=True, output_dir=tmp_path, service_name="live-test",
                                   **kw)  # fmt: skip

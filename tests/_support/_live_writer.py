@@ -15,6 +15,7 @@ import threading
 import time
 
 os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "100")
+os.environ.setdefault("OTEL_BLRP_SCHEDULE_DELAY", "100")
 os.environ.setdefault("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S", "0.2")
 
 import otel_rollout

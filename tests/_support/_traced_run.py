@@ -8,7 +8,8 @@ points (tests/system/test_backends*.py start it against the real Collector).
         One configure()d run that goes on while the test acts on the backends: each stdin
         line "N FAIL_EVERY" runs N short trajectories (every FAIL_EVERY-th raises, so its
         trajectory ends with status error; 0: none fail), flushes, and answers with one
-        JSON line of their breakdowns. "exit" shuts down.
+        JSON line of their breakdowns (and writes one in-flight record while they run).
+        "exit" shuts down.
 
 Every span also goes to OUTDIR's OTLP JSON lines file: what the process emitted.
 """
@@ -92,7 +93,10 @@ def toy(out: Path) -> None:
                 with contextlib.suppress(Failure):  # the trajectory ended with status error
                     await _toy(rollout.tracer, i, bool(fail_every) and i % fail_every == 0, rng)
 
-            await asyncio.gather(*(one(i) for i in range(first, first + n)))
+            tasks = [asyncio.ensure_future(one(i)) for i in range(first, first + n)]
+            await asyncio.sleep(0)  # each has started its trajectory
+            rollout._recorder.write_record()  # an in-flight record (OTLP logs) while they run
+            await asyncio.gather(*tasks)
 
         asyncio.run(batch())
         start += n

@@ -136,7 +136,7 @@ async def main(order: str, model: str, out_path: str) -> None:
 
     def engine() -> Any:
         args = AsyncEngineArgs(
-            model=model, dtype="bfloat16", enforce_eager=True, max_model_len=256,
+            model=model, dtype="float32", enforce_eager=True, max_model_len=256,
             otlp_traces_endpoint=receiver.grpc_endpoint, seed=0,
         )  # fmt: skip
         return AsyncLLM.from_engine_args(args)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_rollout import SpanRecord, compute_breakdown, outermost_phases
 from otel_rollout._accounting.span_tree import breakdown_from_tree
+from otel_rollout.accounting import SpanRecord, compute_breakdown, outermost_phases
 from otel_rollout.attributes import ALL_BANDS, BANDS
 
 MS = 1_000_000
@@ -42,13 +42,13 @@ def test_sequential_loop_assigns_each_phase_its_own_time():
         "finish_session": 0,
     }
     assert (b.turns, b.env_steps) == (2, 2)
-    assert b.llm == pytest.approx(0.06)
+    assert b.band("llm") == pytest.approx(0.06)
 
 
 def test_overlapping_spans_of_one_band_count_their_union_once():
     b = bd([("llm", 10 * MS, 50 * MS), ("llm", 30 * MS, 70 * MS), ("llm", 60 * MS, 65 * MS)])
     assert b.nanos["llm"] == 60 * MS
-    assert b.llm_sum == pytest.approx(0.085)  # plain sum shows the concurrency
+    assert b.band_sum("llm") == pytest.approx(0.085)  # plain sum shows the concurrency
     assert b.nanos["other"] == 40 * MS
 
 
@@ -65,7 +65,7 @@ def test_phases_outside_the_root_are_clipped_to_it():
     assert b.nanos["env_setup"] == 10 * MS
     assert b.nanos["llm"] == 10 * MS
     assert b.nanos["other"] == 80 * MS
-    assert b.env_setup_sum == pytest.approx(0.03)  # sums are not clipped
+    assert b.band_sum("env_setup") == pytest.approx(0.03)  # sums are not clipped
 
 
 def test_phase_entirely_outside_the_root_counts_nothing():
@@ -223,7 +223,7 @@ def test_env_queue_counts_in_the_band_of_the_env_call_it_waits_for():
     assert b.nanos["env"] == 13 * MS + 7 * MS + 5 * MS
     assert b.nanos["env_teardown"] == 5 * MS
     assert b.nanos["env_queue"] == 20 * MS and b.env_queue_sum == pytest.approx(0.020)
-    assert b.env_sum == pytest.approx(0.025) and b.env_steps == 1
+    assert b.band_sum("env") == pytest.approx(0.025) and b.env_steps == 1
     assert sum(b.nanos[x] for x in ALL_BANDS) == b.nanos["e2e"] == 100 * MS
 
 
@@ -258,20 +258,15 @@ def test_finish_session_overlapping_a_band_is_taken_out_of_that_band():
     assert b.nanos["other"] == 80 * MS
 
 
-def test_a_breakdown_pickled_without_the_later_fields_still_loads():
+def test_a_breakdown_pickles_and_the_default_bands_travel_by_name():
     import pickle
 
-    from otel_rollout._accounting.breakdown import _rebuild
-
-    b = bd([("env_queue", 0, 5 * MS), ("env", 5 * MS, 9 * MS)])
-    assert pickle.loads(pickle.dumps(b)) == b
-    _, (values,) = b.__reduce__()
-    from otel_rollout._accounting.breakdown import Breakdown
-
-    # as a worker of an earlier version sends it: the fields up to env_queue
-    old = _rebuild(values[: Breakdown.__slots__.index("env_queue")])
-    assert old.nanos == b.nanos and old.env_queue == 0.0 and old.finish_session == 0.0
-    assert old.reward is None
+    b = bd([("env_queue", 0, 5 * MS), ("env", 5 * MS, 9 * MS)], score=0.5)
+    data = pickle.dumps(b)
+    back = pickle.loads(data)
+    assert back == b and back.bands is b.bands and back.score == 0.5
+    assert back.nanos == b.nanos and back.sum_nanos == b.sum_nanos
+    assert b"Band(" not in data and data.count(b"#4C72B0") == 0  # a reference, not a copy
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -315,3 +310,15 @@ def test_plain_tuples_give_what_span_records_give(tree, open_at):
     got, phases = breakdown_from_tree(tuples[0], tuples, {})
     want, want_phases = breakdown_from_tree(records[0], records, {})
     assert (got.nanos, phases) == (want.nanos, want_phases)
+
+
+def test_root_attributes_in_seconds_print_as_their_nanoseconds():
+    from otel_rollout.accounting import compute_breakdown
+
+    start = 1_700_000_000_000_000_000
+    b = compute_breakdown(start, start + 180_714_361, [("llm", start, start + 80_714_361)],
+                          attributes={"rollout.loop.own": 0.0})  # fmt: skip
+    attrs = b.as_attributes()
+    assert repr(attrs["rollout.breakdown.e2e"]) == "0.180714361"  # not 0.18071436100000002
+    assert repr(attrs["rollout.breakdown.llm"]) == "0.080714361"
+    assert repr(b.e2e) == "0.180714361" and repr(b.band("other")) == "0.1"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_rollout import attributes as A
-from otel_rollout._accounting.engine_union import (
+from otel_rollout._accounting.waits import (
     stages_before_end,
     stages_from_timestamps,
     union_split,

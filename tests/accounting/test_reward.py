@@ -8,8 +8,9 @@ import io
 import pytest
 
 from otel_rollout import attributes as A
-from otel_rollout import compute_breakdown, summarize
+from otel_rollout import summarize
 from otel_rollout._accounting.reward import reward_vs_latency
+from otel_rollout.accounting import compute_breakdown
 from otel_rollout.report._aggregate import ReportData
 from otel_rollout.report._json import report_dict
 from otel_rollout.report._model import ReadResult
@@ -20,7 +21,7 @@ S = 1_000_000_000
 def fake(i: int, env: str, reward: float | None, turns: int):
     phases = [(A.PHASE_LLM, 0, 1) for _ in range(turns)]
     return compute_breakdown(
-        0, (i + 1) * S, phases, trajectory_id=f"{env}-{i}", env_class=env, reward=reward
+        0, (i + 1) * S, phases, trajectory_id=f"{env}-{i}", env_class=env, score=reward
     )
 
 
@@ -44,16 +45,27 @@ def test_mean_reward_by_e2e_decile_and_turns_per_env_class():
     assert [b.label for b in sql.by_e2e_decile] == [1, 2, 3, 4, 5]
 
 
-def test_summary_carries_the_reward_keys_and_merges_by_recomputing():
+def test_summary_carries_the_per_class_reward_keys_on_request_and_merges_by_recomputing():
     items = batch()
-    out = summarize(items)
+    out = summarize(items, per_class=True)
     assert out["generate/reward_by_e2e_decile/gsm8k/1"] == 1.0
     assert out["generate/reward_by_e2e_decile/gsm8k/10"] == 0.0
     assert out["generate/reward_by_turns/gsm8k/3"] == 0.5
     assert out["generate/reward_mean/gsm8k"] == 0.5
     assert out["generate/reward_mean/sql"] == 0.5
     # two halves summarised together are the summary of the union, not a merge
-    assert summarize(items[:13] + items[13:]) == out
+    assert summarize(items[:13] + items[13:], per_class=True) == out
+
+
+def test_the_default_keys_do_not_grow_with_the_env_classes():
+    items = batch()
+    out = summarize(items)
+    assert not [k for k in out if k.startswith(("generate/reward_by_", "generate/reward_mean/"))]
+    rewarded = [b.score for b in items if b.score is not None]
+    assert out["generate/reward_mean"] == sum(rewarded) / len(rewarded)
+    many = [fake(i, f"env{i % 20}", 1.0, 1) for i in range(60)]  # twenty env classes
+    assert summarize(many).keys() == summarize(many[:3]).keys()
+    assert len(summarize(many, per_class=True)) > len(summarize(many)) + 20
 
 
 def test_no_rewards_no_reward_keys():
@@ -66,8 +78,9 @@ def test_processor_puts_the_reward_on_the_breakdown(rollout_env):
         t.set_reward("1.0 (correct)")
     with rollout_env.tracer.trajectory(env="gsm8k") as u:
         pass
-    assert (t.breakdown.reward, u.breakdown.reward) == (1.0, None)
-    assert summarize(rollout_env.breakdowns)["generate/reward_mean/gsm8k"] == 1.0
+    assert (t.breakdown.score, u.breakdown.score) == (1.0, None)
+    assert summarize(rollout_env.breakdowns, per_class=True)["generate/reward_mean/gsm8k"] == 1.0
+    assert summarize(rollout_env.breakdowns)["generate/reward_mean"] == 1.0
 
 
 def test_report_json_table_and_picture(tmp_path):

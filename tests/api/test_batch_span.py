@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import otel_rollout
+import otel_rollout.accounting
 from otel_rollout import analyze_batch, current_batch
 
 
@@ -72,9 +73,9 @@ def test_the_batch_span_carries_the_analysis_of_its_breakdowns(rollout_env):
         )
     assert batch.analysis.summary()["generate/batch_wall_time"] == expected.wall_ns * 1e-9
     (dur,) = rollout_env.histogram_points("rollout.batch.duration")
-    (tail,) = rollout_env.histogram_points("rollout.batch.tail.duration")
+    (drain,) = rollout_env.histogram_points("rollout.batch.drain.duration")
     assert dur.count == 1 and dur.sum == expected.wall_ns * 1e-9
-    assert tail.count == 1 and tail.sum == expected.tail_ns * 1e-9
+    assert drain.count == 1 and drain.sum == expected.drain_ns * 1e-9
     assert dur.exemplars[0].trace_id == span.context.trace_id
 
 
@@ -107,11 +108,11 @@ def test_breakdowns_gathered_elsewhere_join_the_batch(rollout_env):
     with tracer.batch(step=1, batch_id="gathered") as batch:
         with tracer.trajectory("local"):
             pass
-        remote = otel_rollout.compute_breakdown(
+        remote = otel_rollout.accounting.compute_breakdown(
             batch.span.start_time, batch.span.start_time + 10, [], trajectory_id="remote",
             batch_id="gathered",
         )  # fmt: skip
-        other = otel_rollout.compute_breakdown(0, 1, [], batch_id="another batch")
+        other = otel_rollout.accounting.compute_breakdown(0, 1, [], batch_id="another batch")
         batch.add([remote, other])
     assert sorted(b.trajectory_id for b in batch.breakdowns) == ["local", "remote"]
     assert batch.analysis.trajectories == 2
@@ -169,7 +170,8 @@ print("ok")
 def test_without_an_sdk_a_batch_is_harmless():
     with otel_rollout.batch(step=1) as b, otel_rollout.trajectory("x") as t:
         pass
-    assert t.breakdown is None and b.analysis.trajectories == 0 and b.analysis.summary() == {}
+    assert t.breakdown is None and b.analysis.trajectories == 0
+    assert all(v != v for v in b.analysis.summary().values())  # NaN: no data
 
 
 def test_online_figures_are_exact_on_the_manual_clock(manual_env):
@@ -193,7 +195,7 @@ def test_online_figures_are_exact_on_the_manual_clock(manual_env):
     for tid, start, end, phases in plan:
         events += [(start, 0, tid, None), (end, 3, tid, None)]
         events += [ev for p, s, e in phases for ev in ((s, 1, tid, p), (e, 2, tid, p))]
-    with tracer.batch(step=3) as batch:
+    with tracer.batch(step=3, concurrency=5) as batch:
         ctxs = {tid: contextvars.copy_context() for tid, *_ in plan}
         scopes = {tid: tracer.trajectory(tid, env="code") for tid, *_ in plan}
         handles, open_phases = {}, {}
@@ -214,17 +216,22 @@ def test_online_figures_are_exact_on_the_manual_clock(manual_env):
                 run(scopes[tid].__exit__, None, None, None)
         clock.advance(s=1)
     a = batch.analysis
-    assert a.start_ns == t0 and a.wall_ns == 12 * U and a.tail_ns == 6 * U
-    assert [b.trajectory_id for b in a.stragglers] == ["t4"]
-    assert dict(a.tail_band_ns) == {
-        "llm": U, "env": 5 * U, "env_setup": 0, "env_teardown": U, "other": U,
+    assert a.start_ns == t0 and a.wall_ns == 12 * U and a.capacity == 5
+    # tests/accounting/test_batch.py's known batch, to the nanosecond
+    assert dict(a.slots.slot_ns) == {
+        "llm": 19 * U, "env": 8 * U, "env_setup": 5 * U, "env_teardown": U, "other": U,
+        "empty": 26 * U,
     }  # fmt: skip
+    assert a.drain_ns == 8 * U and a.stragglers == () and a.engine_idle_ns == 6 * U
     assert a.in_generate.values.tolist() == [0, 4, 5, 4, 3, 2, 1, 0]
     assert a.llm_concurrency_mean == 19 / 12 and a.low_llm_demand_ns == 7 * U
     (span,) = manual_env.spans("batch")
     assert span.start_time == t0 and span.end_time == t0 + 13 * U
-    assert span.attributes["rollout.batch.tail_time"] == 6.0
-    assert span.attributes["rollout.batch.tail.env_frac"] == 0.625
+    assert span.attributes["rollout.batch.concurrency"] == 5
+    assert span.attributes["rollout.batch.capacity"] == 5
+    assert span.attributes["rollout.batch.slot.empty_frac"] == 26 / 60
+    assert span.attributes["rollout.batch.drain_time"] == 8.0
+    assert span.attributes["rollout.batch.engine_idle_frac"] == 0.5
 
 
 def test_a_breakdown_added_again_after_delivery_counts_once(rollout_env):
@@ -237,12 +244,7 @@ def test_a_breakdown_added_again_after_delivery_counts_once(rollout_env):
     assert batch.analysis.trajectories == 3 and len(batch.breakdowns) == 3
 
 
-def test_the_old_batch_readers_still_work_and_name_their_replacement(rollout_env):
-    with rollout_env.tracer.batch(step=3) as batch, rollout_env.tracer.trajectory("a"):
-        pass
-    with pytest.warns(DeprecationWarning, match=r"batch\.analysis\.summary\(\)"):
-        assert batch.summary() == batch.analysis.summary()
-    with pytest.warns(DeprecationWarning, match=r"analyze_batch\(batch\.breakdowns\)"):
-        assert batch.compute() == otel_rollout.analyze_batch(
-            batch.breakdowns, start_ns=batch.analysis.start_ns
-        )
+def test_a_batch_refuses_a_concurrency_that_is_no_count_of_trajectories(rollout_env):
+    for bad in (0, -4, 2.5, "16", True):
+        with pytest.raises(ValueError, match=f"concurrency must be .* got {bad!r}"):
+            rollout_env.tracer.batch(step=1, concurrency=bad)

@@ -32,7 +32,8 @@ _STEPPED = textwrap.dedent(
             with t.env_step():
                 time.sleep(0.05)
     rollout.shutdown()
-    print(json.dumps({"e2e": t.breakdown.e2e, "llm": t.breakdown.llm, "env": t.breakdown.env,
+    b = t.breakdown
+    print(json.dumps({"e2e": b.e2e, "llm": b.band("llm"), "env": b.band("env"),
                       "batch_wall": batch.analysis.wall_ns / 1e9 if batch.analysis else None}))
     """
 )

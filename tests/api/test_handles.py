@@ -8,15 +8,22 @@ import logging
 import math
 
 import pytest
+from opentelemetry._logs import _internal as _logs_internal
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs import export as logs_export
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_rollout
 from otel_rollout import attributes as A
 from otel_rollout._api import phase_scope as _phase_scope
 from otel_rollout._base import errors as _errors
 from otel_rollout._export.guarded import guarded_metric_exporter
+from otel_rollout._export.log_file import EVENT_NAME_ATTRIBUTE
 from otel_rollout.testing.receiver import OTLPReceiver
 
 
@@ -35,8 +42,8 @@ def test_set_reward_takes_what_users_pass(rollout_env, value, recorded):
         assert t.set_reward(value) == recorded
     (root,) = rollout_env.roots()
     assert root.attributes.get(A.REWARD) == recorded
-    events = [e for e in root.events if e.name == A.EVENT_EVALUATION_RESULT]
-    assert len(events) == (recorded is not None)
+    assert len(rollout_env.events(A.EVENT_EVALUATION_RESULT)) == (recorded is not None)
+    assert not root.events  # a log record, not a span event
 
 
 def test_bad_values_warn_once_per_kind(rollout_env, caplog, monkeypatch):
@@ -118,6 +125,12 @@ def test_an_exception_whose_str_raises_still_ends_phase_and_root(rollout_env):
 
 
 # --- named and per-step rewards ------------------------------------------------------------
+def evaluations(env):
+    """The evaluation events' attributes (less ``event.name``, an SDK before 1.35's)."""
+    return [{k: v for k, v in r.attributes.items() if k != EVENT_NAME_ATTRIBUTE}
+            for r in env.events(A.EVENT_EVALUATION_RESULT)]  # fmt: skip
+
+
 def test_several_named_rewards_are_evaluation_results(rollout_env, monkeypatch):
     with rollout_env.tracer.trajectory() as t:
         t.set_reward(1.0, label="correct", explanation="matched 42")
@@ -125,8 +138,7 @@ def test_several_named_rewards_are_evaluation_results(rollout_env, monkeypatch):
     (root,) = rollout_env.roots()
     assert root.attributes[A.REWARD] == 1.0
     assert root.attributes[A.REWARD_PREFIX + "judge"] == 0.3
-    events = [dict(e.attributes) for e in root.events if e.name == A.EVENT_EVALUATION_RESULT]
-    assert events == [
+    assert evaluations(rollout_env) == [
         {
             A.GEN_AI_EVALUATION_NAME: "reward",
             A.GEN_AI_EVALUATION_SCORE_VALUE: 1.0,
@@ -144,8 +156,8 @@ def test_explanations_follow_the_content_capture_opt_in(rollout_env, monkeypatch
     monkeypatch.setenv(A.CAPTURE_CONTENT_ENV, "true")
     with rollout_env.tracer.trajectory() as t:
         t.set_reward(1.0, explanation="matched 42")
-    (event,) = rollout_env.roots()[0].events
-    assert event.attributes[A.GEN_AI_EVALUATION_EXPLANATION] == "matched 42"
+    (event,) = evaluations(rollout_env)
+    assert event[A.GEN_AI_EVALUATION_EXPLANATION] == "matched 42"
 
 
 def test_per_step_reward_on_the_env_step_span(rollout_env):
@@ -155,8 +167,67 @@ def test_per_step_reward_on_the_env_step_span(rollout_env):
                 step.set_reward(r)
     steps = rollout_env.spans(A.SPAN_ENV_STEP)
     assert [s.attributes[A.STEP_REWARD] for s in steps] == [0.0, 1.0]
-    assert all(s.events[0].name == A.EVENT_EVALUATION_RESULT for s in steps)
+    records = rollout_env.events(A.EVENT_EVALUATION_RESULT)
+    assert [r.span_id for r in records] == [s.context.span_id for s in steps]
     assert A.REWARD not in rollout_env.roots()[0].attributes
+
+
+def memory_logs():
+    """A logger provider and the SDK's in-memory log exporter it exports to."""
+    memory = getattr(logs_export, "InMemoryLogRecordExporter", None)  # renamed in 1.39
+    exporter = (memory or logs_export.InMemoryLogExporter)()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(logs_export.SimpleLogRecordProcessor(exporter))
+    return provider, exporter
+
+
+def test_a_reward_is_a_log_record_in_its_spans_context():
+    """The evaluation event is a log record with the event name (an ``event.name``
+    attribute on SDKs before 1.35), on the tracer's logger provider, carrying the trace
+    and span ids of the span the reward is on; the span itself has no event."""
+    logger_provider, exporter = memory_logs()
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = otel_rollout.RolloutTracer(tracer_provider, logger_provider=logger_provider)
+    with tracer.trajectory("t") as t:
+        t.set_reward(1.0, label="correct")
+        with t.env_step() as step:
+            step.set_reward(0.5, name="format")
+    root, step_span = (
+        next(s for s in spans.get_finished_spans() if s.name == n)
+        for n in ("trajectory", "env_step")
+    )
+    assert root.attributes[A.REWARD] == 1.0 and not root.events
+    assert step_span.attributes[A.REWARD_PREFIX + "format"] == 0.5 and not step_span.events
+    records = [item.log_record for item in exporter.get_finished_logs()]
+    assert len(records) == 2
+    for record, span, attrs in zip(records, (root, step_span), (
+        {A.GEN_AI_EVALUATION_NAME: "reward", A.GEN_AI_EVALUATION_SCORE_VALUE: 1.0,
+         A.GEN_AI_EVALUATION_SCORE_LABEL: "correct"},
+        {A.GEN_AI_EVALUATION_NAME: "format", A.GEN_AI_EVALUATION_SCORE_VALUE: 0.5},
+    ), strict=True):  # fmt: skip
+        name = getattr(record, "event_name", None) or record.attributes[EVENT_NAME_ATTRIBUTE]
+        assert name == A.EVENT_EVALUATION_RESULT
+        assert {k: v for k, v in record.attributes.items() if k != EVENT_NAME_ATTRIBUTE} == attrs
+        assert (record.trace_id, record.span_id) == (span.context.trace_id, span.context.span_id)
+        assert record.timestamp is not None
+    tracer_provider.shutdown()
+    logger_provider.shutdown()
+
+
+def test_without_a_logger_provider_rewards_go_to_the_global_one(monkeypatch):
+    provider, exporter = memory_logs()
+    monkeypatch.setattr(_logs_internal, "_LOGGER_PROVIDER", provider)
+    tracer = otel_rollout.RolloutTracer(TracerProvider())
+    with tracer.trajectory("t") as t, t.env_step() as step:
+        t.set_reward(1.0)
+        step.set_reward(0.5)
+        otel_rollout.PhaseHandle(step.span).set_reward(0.25)  # a handle made from a span
+    scores = [r.log_record.attributes[A.GEN_AI_EVALUATION_SCORE_VALUE]
+              for r in exporter.get_finished_logs()]  # fmt: skip
+    assert scores == [1.0, 0.5, 0.25]
+    provider.shutdown()
 
 
 # --- context leaks -----------------------------------------------------------------------------

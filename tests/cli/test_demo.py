@@ -17,7 +17,8 @@ pytest.importorskip("rich")
 from otel_rollout import attributes as A
 from otel_rollout.cli import main
 from otel_rollout.demo._engine import OpenAIEngine
-from otel_rollout.demo._run import run_demo_async
+from otel_rollout.demo._run import run_demo, run_demo_async
+from otel_rollout.demo._workload import GSM8K_LOOP_WORK_S
 from otel_rollout.report import read_spans_file, read_trace_file
 
 
@@ -27,9 +28,12 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "gsm8k_multi_turn" in out and "text2sql" in out and "lcb" in out
-    assert "batches (seconds)" in out and "straggler" in out  # the batch view
+    assert "batches (seconds; shares of the slots)" in out and "straggler" in out  # batch view
     assert (tmp_path / "batches.html").exists() and (tmp_path / "batch-0.png").exists()
     assert "trace file:" in out and "Jaeger" in out
+    # past 80 columns only a long path, whole on a line of its own
+    assert all(str(tmp_path) in line for line in out.splitlines() if len(line) > 80)
+    assert "trace file:\n  " in out
     assert (tmp_path / "breakdown.png").stat().st_size > 1000
     page = (tmp_path / "breakdown.html").read_text()
     assert "data:image/png;base64," in page and "<table>" in page
@@ -53,6 +57,33 @@ def test_report_equals_online_breakdowns(tmp_path):
         assert (o.turns, o.env_steps, o.env_class, o.model, o.status) == (
             b.turns, b.env_steps, b.env_class, b.model, b.status,
         )  # fmt: skip
+
+
+def _figures(result):
+    return {
+        b.trajectory_id: (dict(b.nanos), dict(b.waits_nanos), b.turns, b.env_steps, b.score)
+        for b in result.breakdowns
+    }
+
+
+def test_a_seed_gives_the_same_figures_on_every_run(tmp_path):
+    first = run_demo(n=12, concurrency=4, seed=3, output_dir=tmp_path / "a")
+    again = run_demo(n=12, concurrency=4, seed=3, output_dir=tmp_path / "b")
+    other = run_demo(n=12, concurrency=4, seed=4, output_dir=tmp_path / "c")
+    assert first.errors == 0 and len(first.breakdowns) == 12
+    assert _figures(first) == _figures(again)
+    assert _figures(first) != _figures(other)
+    assert first.batch.wall_ns == again.batch.wall_ns
+
+
+def test_simulated_latencies_are_exact_on_the_demos_clock(tmp_path):
+    result = run_demo(n=6, concurrency=3, output_dir=tmp_path)
+    work_ns = round(GSM8K_LOOP_WORK_S * 1e9)
+    for b in result.breakdowns:
+        bands = ("llm", "env", "env_setup", "env_teardown", "other")
+        assert sum(b.nanos[k] for k in bands) == b.nanos["e2e"]
+        if b.env_class == "gsm8k_multi_turn":  # reward code on the loop: 8 ms a step, exactly
+            assert b.waits_nanos["loop_own"] == b.env_steps * work_ns
 
 
 class _Handler(BaseHTTPRequestHandler):

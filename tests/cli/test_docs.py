@@ -65,6 +65,31 @@ def _mentioned_names(text: str) -> set[str]:
             if not text[m.end() : m.end() + 9].startswith("` logger")}  # fmt: skip
 
 
+def _bound(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+    return names
+
+
+#: Names a block that has imports must import itself: the trainers' modules and our
+#: instrumentors (a reader copies such a block whole).
+_MUST_IMPORT = re.compile(r"^(ray|otel_rollout|otel_ray|\w+Instrumentor)$")
+
+
+@pytest.mark.parametrize(("page", "line", "run", "src"), BLOCKS)
+def test_a_block_with_imports_imports_the_modules_and_instrumentors_it_uses(page, line, run, src):
+    tree = compile(src, "x", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    if not any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(tree)):
+        return  # a fragment of a longer example
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    missing = sorted(n for n in used - _bound(tree) if _MUST_IMPORT.match(n))
+    assert not missing, f"{page.name}:{line} uses {missing} without importing them"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_public_name_a_page_mentions_exists(page):
     import otel_rollout

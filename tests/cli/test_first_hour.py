@@ -45,17 +45,6 @@ def test_a_mistyped_env_is_refused_and_the_error_lists_the_valid_ones(tmp_path, 
     assert "unknown env class 'gsm8k'" in err and ",".join(DEMO_ENVS) in err
 
 
-def test_run_demo_async_checks_its_arguments_too(tmp_path):
-    from otel_rollout.demo._run import ENVS, run_demo_async
-
-    assert tuple(DEMO_ENVS) == ENVS  # the CLI's list is the demo's
-    for kwargs, says in (({"n": 0}, "n must be an integer >= 1"),
-                         ({"concurrency": 0}, "concurrency must be"),
-                         ({"envs": ("nope",)}, "choose from gsm8k_multi_turn")):  # fmt: skip
-        with pytest.raises(ValueError, match=says):
-            asyncio.run(run_demo_async(output_dir=tmp_path, **kwargs))
-
-
 def test_failed_trajectories_are_summarised_by_reason(tmp_path):
     pytest.importorskip("skyrl_gym")
     from otel_rollout.demo._engine import SimEngine
@@ -87,7 +76,7 @@ def test_the_jaeger_hint_publishes_both_ports_and_exports_over_grpc_by_default()
     assert max(len(line) for line in lines) <= 80
     # the hint's default is configure()'s
     rollout = configure(local=True, traces_exporter="none", metrics_exporter="none")
-    assert rollout.settings["protocol"] == protocol({}) == "grpc"
+    assert rollout.settings.protocol == protocol({}) == "grpc"
     rollout.shutdown()
 
 
@@ -102,11 +91,16 @@ def test_the_jaeger_hint_follows_the_protocol_in_use():
 
 
 def test_the_report_command_is_one_short_line_for_this_run(tmp_path):
+    import fnmatch
     from pathlib import Path
 
-    cmd = report_command(Path("otel-rollout-output/traces-20261203-163921-78e1bf6765b4.jsonl"))
-    assert cmd == "otel-rollout report otel-rollout-output/traces-*-78e1bf6765b4*.jsonl"
-    assert len(cmd) <= 78
+    # configure()'s files name the process too: the glob keeps the run only
+    name = "traces-20261206-044753-88ea2a29dc2f-30195-2130ba.jsonl"
+    cmd = report_command(Path("otel-rollout-output") / name)
+    assert cmd == "otel-rollout report otel-rollout-output/traces-*-88ea2a29dc2f-*.jsonl"
+    assert len("  " + cmd) <= 80
+    rotated = "otel-rollout-output/" + name.replace(".jsonl", "_0001.jsonl")
+    assert fnmatch.fnmatch(rotated, cmd.split()[-1])
 
 
 # --- --help and the output folder --------------------------------------------------------------
@@ -118,7 +112,7 @@ def _help(command: str) -> str:
     return sub.format_help()
 
 
-def test_help_shows_defaults_and_example_has_a_description(monkeypatch):
+def test_help_shows_defaults(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     demo = _help("demo")
     for default in ("(default: 64)", "(default: 16)", "(default: otel-rollout-output)",
@@ -128,15 +122,17 @@ def test_help_shows_defaults_and_example_has_a_description(monkeypatch):
     report = _help("report")
     assert "(default: env)" in report and "(default: table)" in report
     assert "(default: None)" not in report + demo
-    assert "summarize()" in _help("example") and "(default: 16)" in _help("example")
 
 
-def test_demo_example_and_configure_share_one_default_folder():
+def test_demo_and_configure_share_one_default_folder():
+    import inspect
+
     from otel_rollout._settings.table import DEFAULT_OUTPUT_DIR
-    from otel_rollout.demo._run import OUTPUT_DIR
+    from otel_rollout.demo._run import run_demo_async
 
     demo_default = build_parser().parse_args(["demo"]).output_dir
-    assert str(demo_default) == str(OUTPUT_DIR) == str(DEFAULT_OUTPUT_DIR)
+    run_default = inspect.signature(run_demo_async).parameters["output_dir"].default
+    assert str(demo_default) == str(run_default) == str(DEFAULT_OUTPUT_DIR)
 
 
 # --- report inputs: folders, several runs, filters ---------------------------------------------
@@ -192,11 +188,11 @@ def test_several_runs_are_said_and_grouped_by_run_on_request(tmp_path, capsys, m
 def test_a_filter_matching_nothing_lists_what_is_there(tmp_path, capsys):
     _run(tmp_path, "r", 2, env="gsm8k_multi_turn")
     _run(tmp_path, "s", 1, env="text2sql")
-    assert main(["report", str(tmp_path), "--env", "gsm8k"]) == 0
+    assert main(["report", str(tmp_path), "--env", "gsm8k"]) == 1  # as for no trajectories
     out = capsys.readouterr().out
     assert "none of the 3 trajectories matches the filters" in out
     assert "--env 'gsm8k': env classes present: gsm8k_multi_turn (2), text2sql (1)" in out
-    assert main(["report", str(tmp_path), "--service", "nope", "--format", "json"]) == 0
+    assert main(["report", str(tmp_path), "--service", "nope", "--format", "json"]) == 1
     err = capsys.readouterr().err
     assert "services present: otel-rollout (3)" in err
 
@@ -207,7 +203,7 @@ def test_jaeger_sources_default_to_configures_service_name(monkeypatch):
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_ROLLOUT_SERVICE_NAME", raising=False)
     rollout = configure(local=True, traces_exporter="none", metrics_exporter="none")
-    assert default_service() == rollout.settings["service_name"] == "otel-rollout"
+    assert default_service() == rollout.settings.service_name == "otel-rollout"
     rollout.shutdown()
     assert "query.service_name=otel-rollout&" in _jaeger_url("http://j:16686", None, 0, 1)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")

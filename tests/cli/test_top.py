@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from _otel_env import clean_otel_env
 
 from otel_rollout import attributes as A
 from otel_rollout.live import Feed, Ingest, LiveState, Sources, View, render
-from otel_rollout.live._args import add_parser
+from otel_rollout.live._command import add_parser
 from otel_rollout.report import ReportData, read_sources
 
 textual = pytest.importorskip("textual")
@@ -56,7 +57,7 @@ def _report(folder: Path):
 
 
 # --- the run as it goes, then its end -----------------------------------------------------------
-def test_running_trajectories_appear_the_tail_forms_and_the_end_equals_report(
+def test_running_trajectories_appear_the_slots_empty_and_the_end_equals_report(
     tmp_path, monkeypatch
 ):
     rollout = configure_file_run(tmp_path, monkeypatch)
@@ -72,13 +73,14 @@ def test_running_trajectories_appear_the_tail_forms_and_the_end_equals_report(
         assert state.running_by_env() == {"math": 3, "code": 3}
         text = _text(feed)
         assert "done/running 0/6" in text and "t00" in text and "llm" in text
-        # the tail forms: four finish, two run on
+        # the slots empty: four finish, two run on
         run.release(0, 1, 2, 3)
         _poll_until(feed, "four finished", lambda: state.finished == 4)
         _poll_until(feed, "two running", lambda: {r.trajectory_id for r in state.running()}
                     == {"t04", "t05"})  # fmt: skip
         text = _text(feed)
-        assert "4 finished, median finish" in text and "2 running" in text
+        assert "4 finished" in text and "2 running" in text
+        assert "slots  2 held: 2 generating; so far " in text, text
         assert "t04" in text and "t05" in text and "t00" not in text.split("running")[-1]
     rollout.shutdown()
     _poll_until(feed, "all six", lambda: state.finished == 6 and not state.running())
@@ -94,18 +96,16 @@ def test_running_trajectories_appear_the_tail_forms_and_the_end_equals_report(
     read_sources([str(tmp_path / "*.jsonl")], emit=traj.append)
     assert e2e == sum(t.breakdown.nanos["e2e"] for t in traj)
     assert bands == [sum(t.breakdown.nanos[b] for t in traj) for b in A.ALL_BANDS]
-    # the batch verdict is report's: tail, its dominant band, the stragglers' trace ids
+    # the batch verdict is report's: the slot account, drain and stragglers, exactly
     (live,) = state.batches.verdicts
     (rep,) = data.batches.analyses(result.batches)
     assert live.step == rep.step == 1
-    assert live.analysis.tail_ns == rep.analysis.tail_ns
-    assert live.analysis.dominant_tail_band == rep.analysis.dominant_tail_band
-    assert [b.trace_id for b in live.analysis.stragglers] == [
-        b.trace_id for b in rep.analysis.stragglers
-    ]
+    assert live.analysis.slots == rep.analysis.slots
     text = _text(feed)
     assert "done/running 6/0" in text and "step 1" in text
-    assert rep.analysis.stragglers[-1].trace_id[:8] in text
+    assert f"{100 * rep.analysis.slots.frac('empty'):.0f}%" in text.split("step 1")[-1]
+    for b in rep.analysis.stragglers[-3:]:
+        assert b.trace_id[:8] in text
 
 
 def test_trajectories_nested_under_their_batch_span_are_each_their_own(tmp_path, monkeypatch):
@@ -129,7 +129,12 @@ def test_trajectories_nested_under_their_batch_span_are_each_their_own(tmp_path,
     assert feed.reader_losses() == {}
     (live,) = state.batches.verdicts
     assert live.analysis.trajectories == 4
-    assert {b.trace_id for b in live.analysis.stragglers} == {traj[0].breakdown.trace_id}
+    # two finished early, two run on: the drain starts at the first of those two ends
+    from otel_rollout import analyze_batch
+
+    (span,) = result.batches.values()
+    rep = analyze_batch([t.breakdown for t in traj], start_ns=span.start_ns)
+    assert live.analysis.slots == rep.slots and live.analysis.drain_ns > 0
 
 
 def test_writer_without_records_still_shows_running_trajectories_inferred(tmp_path, monkeypatch):
@@ -211,18 +216,27 @@ def test_app_shows_the_run_at_80x24_and_its_keys_work(tmp_path, monkeypatch):
 def test_selected_stragglers_tree_is_the_console_renderers_with_a_jaeger_link(
     tmp_path, monkeypatch
 ):
+    from otel_rollout.live._app import jaeger_url, tree_text
     from otel_rollout.live._screen import selectable
-    from otel_rollout.live._tree import jaeger_url, tree_text
 
     rollout = configure_file_run(tmp_path, monkeypatch)
     run = GatedRun(rollout, 3)
+    opened = time.monotonic()
     with run.batch(step=0):
         run.release(0, 1)
+        run.started[2].wait(30)
+        for th in run._threads[:2]:
+            th.join(30)
+        longest = time.monotonic() - opened  # t00's and t01's lengths are within it
+        # t02 held in its generate call for over twice the others' length, however slow
+        # the machine made them
+        time.sleep(max(0.2, 3 * longest))
     rollout.shutdown()
     feed = _feed(str(tmp_path))
     _poll_until(feed, "verdict", lambda: feed.ingest.state.batches.verdicts)
     items = selectable(feed.ingest.state, View())
-    trace_id, trajectory_id = items[0]  # the last straggler
+    trace_id, trajectory_id = items[0]  # the straggler
+    assert trajectory_id == "t02"
     text = tree_text(feed.ingest.state, trace_id, trajectory_id=trajectory_id)
     assert f"trace {trace_id}" in text and "[llm]" in text and "breakdown" in text
     assert jaeger_url(trace_id, "http://j:16686/") == f"http://j:16686/trace/{trace_id}"
@@ -243,6 +257,7 @@ def test_listen_receives_a_run_from_the_real_otlp_exporter(monkeypatch, protocol
     assert listener.error is None, listener.error
     try:
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+        monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "50")
         monkeypatch.setenv("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S", "0.1")
         url = f"http://127.0.0.1:{port if protocol == 'grpc' else port + 1}"
         online = []
@@ -404,3 +419,55 @@ def test_listen_takes_otlp_http_json_and_ignores_metrics(tmp_path, monkeypatch):
         assert feed.ingest.state.finished == 1 and listener.received == 1
     finally:
         listener.stop()
+
+
+def test_a_newer_run_starting_in_the_folder_is_followed_and_the_screen_says_so(
+    tmp_path, monkeypatch
+):
+    old = configure_file_run(tmp_path, monkeypatch, run_id="old-run")
+    with old.tracer.trajectory("a", env="x"):
+        pass
+    old.force_flush()
+    feed = _feed(str(tmp_path))
+    state = feed.ingest.state
+    _poll_until(feed, "the old run", lambda: state.finished == 1)
+    assert feed.sources.run == "old-run" and "following run" not in _text(feed)
+    new = configure_file_run(tmp_path, monkeypatch, run_id="new-run")
+    for name in ("b", "c"):
+        with new.tracer.trajectory(name, env="y"):
+            pass
+    new.force_flush()
+    with old.tracer.trajectory("late", env="x"):  # the old run goes on writing
+        pass
+    old.shutdown()
+    _poll_until(feed, "the new run", lambda: state.finished == 2)
+    new.shutdown()
+    assert feed.sources.run == "new-run"
+    assert dict(state.finished_by_env) == {"y": 2}  # the old run's figures are gone
+    assert "following run new-run, newer than run old-run" in _joined(feed)
+
+
+def test_a_run_named_with_run_is_kept_when_a_newer_one_starts(tmp_path, monkeypatch):
+    old = configure_file_run(tmp_path, monkeypatch, run_id="old-run")
+    with old.tracer.trajectory("a", env="x"):
+        pass
+    old.force_flush()
+    feed = Feed(Ingest(LiveState()), Sources.of([str(tmp_path)], run="old-run"))
+    _poll_until(feed, "the old run", lambda: feed.ingest.state.finished == 1)
+    new = configure_file_run(tmp_path, monkeypatch, run_id="new-run")
+    with new.tracer.trajectory("b", env="y"):
+        pass
+    new.shutdown()
+    old.shutdown()
+    feed.poll(0.5)
+    assert feed.sources.run == "old-run" and feed.ingest.state.finished == 1
+
+
+def test_a_running_row_keeps_the_ids_index_and_names_no_phase():
+    from otel_rollout.live._screen import NO_PHASE, _age_row
+    from otel_rollout.live._state import Running
+
+    r = Running("ab" * 16, "gsm8k_multi_turn-45", "gsm8k_multi_turn", "", 0, "", 0, "p")
+    row = _age_row(r, 3_000_000_000, "  ", 80).plain
+    assert row.startswith("  gsm8k_mu…turn-45 ") and " gsm8k…turn " in row
+    assert NO_PHASE in row and " - " not in row

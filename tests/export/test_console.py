@@ -16,42 +16,31 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import set_span_in_context
 
-from otel_rollout import BreakdownCollector, BreakdownProcessor, RolloutTracer
+from otel_rollout import BreakdownCollector, RolloutTracer
 from otel_rollout import attributes as A
 from otel_rollout._base.errors import forget_warnings
-from otel_rollout._export.console import ConsoleTreeExporter, format_duration
+from otel_rollout._export.console import ConsoleTreeExporter
+from otel_rollout._export.console_render import format_duration
+from otel_rollout.sdk import BreakdownProcessor
 
 
-class Out(io.StringIO):
-    """The exporter's stream; ``getvalue()`` first waits until the exporter's thread has
-    written everything queued (export only queues)."""
-
-    exporters: list[ConsoleTreeExporter]
-
-    def getvalue(self) -> str:
-        for exporter in getattr(self, "exporters", ()):
-            assert exporter.force_flush(30_000)
-        return super().getvalue()
-
-
-class TtyStream(Out):
+class TtyStream(io.StringIO):
     def isatty(self) -> bool:
         return True
 
 
-class BrokenStream(Out):
+class BrokenStream(io.StringIO):
     def write(self, text: str) -> int:
         raise OSError("stream is gone")
 
 
 def make(stream=None, **options):
-    stream = Out() if stream is None else stream
+    stream = io.StringIO() if stream is None else stream
     collector = BreakdownCollector()
     provider = TracerProvider()
     processor = BreakdownProcessor(MeterProvider(), on_breakdown=collector)
     provider.add_span_processor(processor)
     exporter = ConsoleTreeExporter(stream=stream, **options)
-    stream.exporters = [exporter]
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return RolloutTracer(provider, processor=processor), provider, exporter, stream, collector
 
@@ -224,8 +213,7 @@ async def test_the_default_stream_is_sys_stdout_at_print_time(monkeypatch):
     tracer, provider, _, _, _ = make()
     exporter = ConsoleTreeExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    later = Out()
-    later.exporters = [exporter]
+    later = io.StringIO()
     monkeypatch.setattr(sys, "stdout", later)
     await run_trajectory(tracer, turns=1)
     assert later.getvalue().startswith("trajectory  gsm8k  i1_0")
@@ -242,8 +230,7 @@ async def test_a_broken_stream_never_raises_and_export_reports_failure(caplog, m
         sdk = provider.get_tracer("raw")
         span = sdk.start_span("trajectory", attributes={A.TRAJECTORY_ID: "direct"})
         span.end()
-        assert exporter.export([span]) is SpanExportResult.SUCCESS  # queued
-        assert exporter.force_flush()
+        assert exporter.export([span]) is SpanExportResult.FAILURE
     assert len(collector.drain()) == 3  # the trainer's own accounting kept going
     messages = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
     assert len(messages) == 1  # logged once per process, however many failures
@@ -365,19 +352,25 @@ async def test_trajectories_under_one_batch_span_print_on_their_own_then_the_bat
     assert batch == [batch[0]] and batch[0].startswith("batch ")
 
 
-def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog):
+def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog, monkeypatch):
+    from otel_rollout import configure
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "512")
     forget_warnings("console:")
     read_fd, write_fd = os.pipe()
     pipe = os.fdopen(write_fd, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", pipe)
     reader = None
     try:
-        tracer, provider, exporter, _, collector = make(pipe, max_queued_spans=500,
-                                                        shutdown_timeout_s=0.5)  # fmt: skip
+        rollout = configure(local=True, traces_exporter="console", metrics_exporter="none",
+                            summary_stream=io.StringIO())  # fmt: skip
         done = threading.Event()
 
         def agent_loop() -> None:  # far more output than a pipe holds (64 KiB)
             for i in range(400):
-                with tracer.trajectory(f"p{i}", env="gsm8k") as traj:
+                with rollout.tracer.trajectory(f"p{i}", env="gsm8k") as traj:
                     for _ in range(4):
                         with traj.generate() as gen:
                             gen.record(input_tokens=10, output_tokens=20, finish_reason="stop")
@@ -390,12 +383,11 @@ def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog):
             agent.start()
             agent.join(120)  # a guard against hanging forever, not a timing assertion
             assert done.is_set(), "the agent loop is stuck writing to the pipe"
-        assert len(collector.drain()) == 400  # the accounting saw every trajectory
-        assert exporter.dropped_spans > 0
-        assert exporter.force_flush(10) is False  # the stream still takes nothing
-        messages = [r.getMessage() for r in caplog.records if "not keeping up" in r.getMessage()]
+        assert rollout.export_stats.dropped_queue_full > 0  # counted, never waited for
+        assert rollout.force_flush(timeout_s=0.01) is False  # the stream still takes nothing
+        messages = [r.getMessage() for r in caplog.records if "is full" in r.getMessage()]
         assert len(messages) == 1
-        provider.shutdown()  # returns although the exporter's thread is stuck in write()
+        assert rollout.shutdown(timeout_s=0.5) is False  # returns: the writer is stuck
         # Someone starts reading: what was queued is written, then nothing is left.
         received = bytearray()
 
@@ -405,9 +397,7 @@ def test_a_pipe_nobody_reads_never_blocks_the_agent_loop(caplog):
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        exporter.shutdown_timeout_s = 60
-        exporter.shutdown()  # waits again, and now the thread finishes
-        assert exporter.force_flush(0)
+        assert rollout.shutdown(timeout_s=60)  # waits again, and now the writer finishes
     finally:
         pipe.close()
         if reader is not None:
@@ -426,7 +416,7 @@ def test_console_stats_reach_the_rollouts_export_stats(monkeypatch):
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
-    out = Out()
+    out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     rollout = configure(local=True, metrics_exporter="none", summary_stream=io.StringIO())
     for i in range(3):

@@ -18,7 +18,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 import otel_rollout
 from otel_rollout import attributes as A
-from otel_rollout._export.in_flight import SPAN_NAME as IN_FLIGHT_SPAN
 from otel_rollout._export.tracefile import RotatingTraceFile, loss_record
 from otel_rollout.cli import main as cli_main
 from otel_rollout.report import read_sources
@@ -27,10 +26,9 @@ from otel_rollout.report import read_sources
 @pytest.fixture
 def env(monkeypatch):
     clean_otel_env(monkeypatch)
-    # a small queue, no burst room: holding the writer overflows it
+    # a small queue: holding the writer overflows it
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "200")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "50")
-    monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS", "0")
 
 
 @pytest.fixture
@@ -88,16 +86,19 @@ def test_report_states_the_losses_of_the_shutdown_summary(env, gate, tmp_path):
     read = report_json(str(f.parent / f"{f.stem}*{f.suffix}"))
     assert read["export_losses"] == expected
     prefixed = {f"spans lost before the file: {why}": n for why, n in expected.items()}
+    # where an overflow began between a trajectory's generate span and its root (the
+    # writer took an odd number of spans before it was held), that trajectory has no root
+    incomplete = "incomplete trajectories (no root span)"
+    assert read["losses"].pop(incomplete, 0) <= 2  # one per overflow at most
     assert read["losses"] == prefixed
-    # the file holds exactly the spans counted exported (the in-flight record, written
-    # while trajectories run past its interval on a loaded machine, is not one of them)
+    # the file holds exactly the spans counted exported (the in-flight records, written
+    # while trajectories run past its interval on a loaded machine, are log lines)
     spans = sum(
-        span["name"] != IN_FLIGHT_SPAN
+        len(ss["spans"])
         for path in files
         for line in path.read_text().splitlines()
-        for rs in json.loads(line)["resourceSpans"]
+        for rs in json.loads(line).get("resourceSpans", ())
         for ss in rs["scopeSpans"]
-        for span in ss["spans"]
     )
     assert spans == stats.exported
 
@@ -184,8 +185,8 @@ def test_reader_keeps_each_writers_latest_counts_and_sums_writers(tmp_path):
 
 def test_a_loss_record_is_written_when_the_counts_change(tmp_path):
     losses = {"queue_full": 0}
-    writer = RotatingTraceFile(tmp_path / "t.jsonl", losses=lambda: dict(losses),
-                               resource={"service.name": "s"})  # fmt: skip
+    writer = RotatingTraceFile(tmp_path / "t.jsonl")
+    writer.record_losses(lambda: dict(losses), {"service.name": "s"})
     assert writer.force_flush()
     assert (tmp_path / "t.jsonl").read_text() == ""  # nothing lost, nothing written
     losses["queue_full"] = 3

@@ -1,36 +1,60 @@
-"""The in-flight record: what a snapshot of the processor holds, the span that carries it,
-that it is written only while trajectories run (and once more when they stopped), never
-counted among the user's spans, skipped by ``report``, and off when the interval is 0."""
+"""The in-flight record: what a snapshot of the processor holds, the log record that
+carries it (never a span: trace backends list only real traces), that it is written only
+while trajectories run (and once more when they stopped), into the trace file as an OTLP
+JSON logs line that ``report`` skips and ``top`` reads, or over OTLP (on by default) as
+log records, where a receiver that takes no logs costs one warning; off when the interval
+is 0."""
 
 from __future__ import annotations
 
 import json
-import time
+import logging
 
+import pytest
 from _otel_env import clean_otel_env
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import otel_rollout
 from otel_rollout import attributes as A
 from otel_rollout._export.in_flight import (
-    SPAN_NAME,
-    InFlightExporter,
+    COUNT,
+    EVENT_NAME,
+    TRAJECTORY_IDS,
+    InFlightRecorder,
     from_attributes,
     record_attributes,
 )
-from otel_rollout._processing.in_flight import in_flight
+from otel_rollout._export.log_file import TraceFileLogExporter
+from otel_rollout._export.tracefile import RotatingTraceFile
+from otel_rollout._processing.breakdown_processor import in_flight
+from otel_rollout.live import Ingest, LiveState
 from otel_rollout.report import read_trace_file
 from otel_rollout.testing import make_test_env
+from otel_rollout.testing.receiver import OTLPReceiver
 
 
-class Keep(SpanExporter):
+class Keep:
+    """A log record exporter that keeps what it is given."""
+
     def __init__(self) -> None:
-        self.batches: list[list] = []
+        self.records: list = []
 
-    def export(self, spans):
-        self.batches.append(list(spans))
-        return SpanExportResult.SUCCESS
+    def export(self, batch):
+        self.records.extend(r.log_record for r in batch)
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+def recorder(snapshot, exporter, resource=None) -> InFlightRecorder:
+    provider = LoggerProvider(resource=resource or Resource.create({}), shutdown_on_exit=False)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    return InFlightRecorder(snapshot, provider, interval_s=3600)
 
 
 def test_snapshot_counts_every_running_trajectory_and_lists_the_oldest_with_its_phase():
@@ -62,52 +86,88 @@ def test_record_attributes_read_back_to_the_same_snapshot():
 
 def test_records_only_while_trajectories_run_and_a_last_one_when_they_stopped():
     env = make_test_env()
-    inner = Keep()
-    exporter = InFlightExporter(inner, lambda: in_flight(env.processor), Resource.create({}),
-                                interval_s=3600)  # fmt: skip
-    assert not exporter.write_record()  # nothing runs
+    kept = Keep()
+    rec = recorder(lambda: in_flight(env.processor), kept)
+    assert not rec.write_record()  # nothing runs
     with env.tracer.trajectory("x", env="e") as t, t.generate():
-        assert exporter.write_record()
-    assert exporter.write_record()  # count 0: the last ones ended
-    assert not exporter.write_record()
-    spans = [s for batch in inner.batches for s in batch]
-    assert [s.name for s in spans] == [SPAN_NAME, SPAN_NAME]
-    assert [s.attributes["rollout.in_flight.count"] for s in spans] == [1, 0]
-    assert spans[0].parent is None and spans[0].start_time == spans[0].end_time
-    assert spans[0].context.trace_flags.sampled
-    exporter.shutdown()
-    assert not exporter.write_record()  # after shutdown: never
+        assert rec.write_record()
+    assert rec.write_record()  # count 0: the last ones ended
+    assert not rec.write_record()
+    assert [r.event_name for r in kept.records] == [EVENT_NAME, EVENT_NAME]
+    assert [r.attributes["rollout.in_flight.count"] for r in kept.records] == [1, 0]
+    assert env.span_exporter.get_finished_spans()[-1].name == "trajectory"  # no span of its own
+    rec.shutdown()
+    assert not rec.write_record()  # after shutdown: never
 
 
-def test_trace_file_gets_records_that_report_skips_and_export_counts_leave_out(
-    tmp_path, monkeypatch
-):
-    clean_otel_env(monkeypatch)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
-    monkeypatch.setenv("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S", "0.05")
-    rollout = otel_rollout.configure(local=True, output_dir=tmp_path)
-    with rollout.tracer.trajectory("t", env="e") as t, t.generate():
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and SPAN_NAME.encode() not in (
-            rollout.trace_file.read_bytes()
-        ):
-            time.sleep(0.02)
-    rollout.shutdown()
-    lines = rollout.trace_file.read_text().splitlines()
-    records = [json.loads(x) for x in lines if f'"{SPAN_NAME}"' in x]
-    assert records, "no in-flight record in the trace file"
-    attrs = {a["key"]: a["value"] for a in
-             records[0]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]}  # fmt: skip
+def test_the_trace_file_gets_log_lines_that_report_skips_and_top_reads(tmp_path):
+    env = make_test_env()
+    path = tmp_path / "traces-x.jsonl"
+    trace_file = RotatingTraceFile(path)
+    resource = Resource.create({"service.instance.id": "p1", "rollout.run.id": "r"})
+    rec = recorder(lambda: in_flight(env.processor), TraceFileLogExporter(trace_file), resource)
+    with env.tracer.trajectory("t", env="e") as t, t.generate():
+        assert rec.write_record()
+    trace_file.export(env.span_exporter.get_finished_spans())
+    rec.shutdown()  # the last word: none runs now
+    trace_file.shutdown()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    logs, _last = [doc for doc in lines if "resourceLogs" in doc]
+    (record,) = logs["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    assert record["eventName"] == EVENT_NAME
+    attrs = {a["key"]: a["value"] for a in record["attributes"]}
     assert attrs["rollout.in_flight.count"] == {"intValue": "1"}
     assert attrs["rollout.in_flight.trajectory_ids"]["arrayValue"]["values"] == [
         {"stringValue": "t"}
     ]
     assert attrs["rollout.in_flight.phases"]["arrayValue"]["values"] == [{"stringValue": "llm"}]
-    res = records[0]["resourceSpans"][0]["resource"]["attributes"]
-    assert any(a["key"] == "rollout.run.id" for a in res)
+    read = read_trace_file(path)
+    assert read.found == 1 and read.spans == 2 and read.losses == {}  # the log line skipped
+    ingest = Ingest(LiveState())
+    for doc in lines:
+        assert ingest.document(doc)
+    assert ingest.records == 2
+    assert ingest.state.processes["p1"].in_flight.count == 0  # the latest record
+
+
+def test_configure_writes_the_record_and_counts_it_among_no_spans(tmp_path, monkeypatch):
+    clean_otel_env(monkeypatch)
+    rollout = otel_rollout.configure(local=True, output_dir=tmp_path)
+    with rollout.tracer.trajectory("t", env="e") as t, t.generate():
+        assert rollout._recorder.write_record()
+    assert rollout.shutdown()
+    text = rollout.trace_file.read_text()
+    assert f'"eventName":"{EVENT_NAME}"' in text
+    assert rollout.export_stats.exported == 2  # the root and its generate
+
+
+def test_rewards_go_into_the_trace_file_as_evaluation_events_report_and_top_skip(
+    tmp_path, monkeypatch
+):
+    clean_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S", "0")  # a reward's record only
+    rollout = otel_rollout.configure(local=True, output_dir=tmp_path)
+    with rollout.tracer.trajectory("t", env="e") as t:
+        t.set_reward(1.0, label="correct")
+    assert rollout.force_flush()  # the log records too
+    assert A.EVENT_EVALUATION_RESULT in rollout.trace_file.read_text()
+    assert rollout.shutdown()
+    lines = [json.loads(x) for x in rollout.trace_file.read_text().splitlines()]
+    (logs,) = [doc for doc in lines if "resourceLogs" in doc]
+    (record,) = logs["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    attrs = {a["key"]: a["value"] for a in record["attributes"]}
+    name = record.get("eventName") or attrs["event.name"]["stringValue"]  # SDK < 1.35: attr
+    assert name == A.EVENT_EVALUATION_RESULT
+    assert record["traceId"] == t.trace_id
+    assert record["spanId"] == format(t.span.get_span_context().span_id, "016x")
+    assert attrs[A.GEN_AI_EVALUATION_SCORE_VALUE] == {"doubleValue": 1.0}
     read = read_trace_file(rollout.trace_file)
-    assert read.found == 1 and read.spans == 2  # the root and its generate: records skipped
-    assert rollout.export_stats.exported == 2
+    assert read.found == 1 and read.spans == 1 and read.losses == {}  # the log line skipped
+    assert read.trajectories[0].breakdown.score == 1.0  # from the root's attribute
+    ingest = Ingest(LiveState())
+    for doc in lines:
+        assert ingest.document(doc)
+    assert ingest.records == 0 and ingest.result.losses == {}  # not an in-flight record
 
 
 def test_interval_zero_writes_no_record(tmp_path, monkeypatch):
@@ -117,40 +177,76 @@ def test_interval_zero_writes_no_record(tmp_path, monkeypatch):
     with rollout.tracer.trajectory("t") as t, t.generate():
         pass
     rollout.shutdown()
-    assert SPAN_NAME not in rollout.trace_file.read_text()
+    assert EVENT_NAME not in rollout.trace_file.read_text()
     assert A.TRAJECTORY_ID in rollout.trace_file.read_text()
 
 
-def test_otlp_default_is_off(monkeypatch):
+PROTOCOLS = ["grpc", "http/protobuf"]
+
+
+def _otlp(rx: OTLPReceiver, protocol: str):
+    endpoint = rx.grpc_endpoint if protocol == "grpc" else rx.http_endpoint
+    return otel_rollout.configure(local=True, endpoint=endpoint, protocol=protocol,
+                                  metrics_exporter="none")  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_over_otlp_the_record_is_on_and_arrives_as_a_log_record(monkeypatch, protocol):
     clean_otel_env(monkeypatch)
-    rollout = otel_rollout.configure(local=True, endpoint="http://127.0.0.1:9")
-    try:
-        assert rollout.settings.traces_exporter == "otlp"
-        assert rollout.settings.in_flight_interval_s == 0
-    finally:
-        rollout.shutdown(timeout_s=1)
+    with OTLPReceiver() as rx:
+        rollout = _otlp(rx, protocol)
+        assert rollout.settings.in_flight_interval_s == 1.0
+        with rollout.tracer.trajectory("t", env="e") as t, t.generate():
+            assert rollout._recorder.write_record()
+            t.set_reward(1.0)
+        assert rollout.shutdown(timeout_s=10)
+        (reward,) = [r for r in rx.logs_received() if r.event_name == A.EVENT_EVALUATION_RESULT]
+        assert (reward.trace_id, reward.attributes[A.GEN_AI_EVALUATION_SCORE_VALUE]) == (
+            t.trace_id,
+            1.0,
+        )
+        records = [r for r in rx.logs_received() if r.event_name == EVENT_NAME]
+        assert [r.attributes[COUNT] for r in records][:1] == [1]
+        assert records[0].attributes[TRAJECTORY_IDS] == ("t",)
+        assert records[0].resource["service.instance.id"]
+        assert {s.name for s in rx.spans()} == {"trajectory", "generate"}  # none of its own
 
 
-def test_a_forked_child_exports_even_if_the_parent_was_writing_a_record_at_the_fork():
-    import os
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_receiver_without_logs_costs_one_warning_and_is_asked_less_often(
+    monkeypatch, caplog, protocol
+):
+    clean_otel_env(monkeypatch)
+    with OTLPReceiver() as rx:
+        rx.logs = False  # a Collector with no logs pipeline: 404 / UNIMPLEMENTED
+        rollout = _otlp(rx, protocol)
+        with rollout.tracer.trajectory("t", env="e") as t, t.generate():
+            for _ in range(10):
+                rollout._recorder.write_record()
+                rollout._logger_provider.force_flush()  # each record a batch of its own
+        # tried at the 1st, then after 2 and 4 dropped unsent: the 4th and 9th
+        assert rx.log_requests == 3
+        assert rollout.shutdown(timeout_s=10)  # the last record: dropped unsent
+        assert rx.log_requests == 3
+        assert rollout.export_stats.exported == 2  # the spans went all the same
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    port = rx.grpc_port if protocol == "grpc" else rx.http_port
+    assert "takes no logs" in said[0].getMessage() and f":{port}" in said[0].getMessage()
 
-    inner = Keep()
-    exporter = InFlightExporter(inner, lambda: in_flight(make_test_env().processor),
-                                Resource.create({}), interval_s=3600)  # fmt: skip
-    with exporter._lock:  # the parent's record thread mid-write
-        pid = os.fork()
-        if pid == 0:  # the child: its export must not wait for the parent's lock
-            code = 0 if exporter.export([]) is SpanExportResult.SUCCESS else 1
-            os._exit(code)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.02)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        raise AssertionError("the child's export waited for the parent's lock")
-    assert os.waitstatus_to_exitcode(status) == 0
-    exporter.shutdown()
+
+def test_a_dead_logs_endpoint_costs_one_warning(monkeypatch, caplog):
+    clean_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
+    with OTLPReceiver() as rx:
+        pass  # stopped: nothing listens on its ports
+    rollout = _otlp(rx, "http/protobuf")
+    with rollout.tracer.trajectory("t", env="e") as t, t.generate():
+        for _ in range(4):
+            rollout._recorder.write_record()
+    rollout.shutdown(timeout_s=5)
+    logs = [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and "log records" in r.getMessage()]  # fmt: skip
+    assert len(logs) == 1 and "is down" in logs[0]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")
+                and "logs" in r.getMessage().lower()]  # fmt: skip

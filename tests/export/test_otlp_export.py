@@ -9,7 +9,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_rollout import BreakdownCollector, BreakdownProcessor, RolloutTracer
+from otel_rollout import BreakdownCollector, RolloutTracer
+from otel_rollout.sdk import BreakdownProcessor
 from otel_rollout.testing.receiver import OTLPReceiver
 
 N = 20
@@ -72,8 +73,8 @@ def test_trajectories_arrive_with_their_tree_breakdown_and_histograms(protocol):
             ] * turns
             assert all(k.trace_id == root.trace_id for k in kids)
             b = breakdowns[root.trace_id]
-            assert root.attributes["rollout.breakdown.llm"] == b.llm
-            assert root.attributes["rollout.breakdown.other"] == b.other
+            assert root.attributes["rollout.breakdown.llm"] == b.band("llm")
+            assert root.attributes["rollout.breakdown.other"] == b.band("other")
             assert root.attributes["rollout.trajectory.turns"] == turns
             assert root.end_ns - root.start_ns == b.nanos["e2e"]
         assert len(spans) == sum(1 + 1 + 2 * (i % 3 + 1) for i in range(N))
@@ -85,7 +86,7 @@ def test_trajectories_arrive_with_their_tree_breakdown_and_histograms(protocol):
         )
         assert all(p["count"] == N for p in phase_points)
         env = next(p for p in phase_points if p["attributes"]["rollout.phase"] == "env")
-        assert env["sum"] == pytest.approx(sum(b.env for b in breakdowns.values()))
+        assert env["sum"] == pytest.approx(sum(b.band("env") for b in breakdowns.values()))
         assert set(dur["exemplars"]) <= set(breakdowns)
 
 

@@ -28,8 +28,6 @@ from opentelemetry.trace import (
 from opentelemetry.trace.span import TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from otel_rollout._export import otlp_compact
-from otel_rollout._export.otlp_compact import compact_span
 from otel_rollout._export.otlp_json import encode_spans_line
 from otel_rollout._processing.tailkeep import _as_sampled
 
@@ -199,63 +197,3 @@ def test_non_ascii_text_is_written_as_utf8_and_a_lone_surrogate_escaped():
         ],
     )
     assert "日本".encode() in encode_spans_line(plain)  # UTF-8, not escaped
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches())
-def test_compact_records_encode_as_their_spans(batch):
-    # what the trace file's queue holds instead of spans (see compact_span); a fresh
-    # registry of resources: the examples make far more than a process does
-    otlp_compact._SOURCES[:] = []
-    otlp_compact._SOURCE_INDEX.clear()
-    spans = _make(*batch)
-    records = [compact_span(s) for s in spans]
-    assert all(type(r) is tuple for r in records)
-    assert _ours(records) == _official(spans)
-
-
-def test_the_garbage_collector_stops_tracking_a_compact_record():
-    import gc
-
-    otlp_compact._SOURCES[:] = []
-    otlp_compact._SOURCE_INDEX.clear()
-
-    (span,) = _make([({"k": "v"}, "")], [("s", None, None)], [{
-        "name": "n", "kind": SpanKind.INTERNAL, "attributes": {"a": 1, "b": ("x", "y")},
-        "parent": None, "events": [], "links": [], "status": StatusCode.ERROR,
-        "description": "d", "start": 1, "length": 1, "tracer": 0}])  # fmt: skip
-    record = compact_span(span)
-    gc.collect()
-    assert gc.is_tracked(span)
-    for _ in range(2):  # a sequence value is a tuple in the record: a level more
-        gc.collect()
-    assert not gc.is_tracked(record)
-
-
-def test_a_compact_record_is_untracked_at_the_first_collection_that_sees_it():
-    # one flat tuple, events and links included: a record holding tuples stayed tracked
-    # through a collection per level of them, long enough to reach the oldest generation
-    import gc
-
-    otlp_compact._SOURCES[:] = []
-    otlp_compact._SOURCE_INDEX.clear()
-    (span,) = _make([({"k": "v"}, "")], [("s", None, None)], [{
-        "name": "n", "kind": SpanKind.INTERNAL, "attributes": {"a": 1, "b": "x"},
-        "parent": (5, 6, True, []), "events": [("e", {"k": 1.5}, 3)],
-        "links": [(7, 8, False, {"l": True})], "status": StatusCode.ERROR,
-        "description": "d", "start": 1, "length": 1, "tracer": 0}])  # fmt: skip
-    record = compact_span(span)
-    assert gc.is_tracked(record)
-    gc.collect()
-    assert not gc.is_tracked(record)
-
-
-def test_past_the_bound_of_resources_spans_are_queued_as_they_are(monkeypatch):
-    monkeypatch.setattr(otlp_compact, "MAX_SOURCES", 0)
-    monkeypatch.setattr(otlp_compact, "_SOURCES", [])
-    monkeypatch.setattr(otlp_compact, "_SOURCE_INDEX", {})
-    (span,) = _make([({}, "")], [("s", None, None)], [{
-        "name": "n", "kind": SpanKind.INTERNAL, "attributes": {}, "parent": None,
-        "events": [], "links": [], "status": StatusCode.UNSET, "description": None,
-        "start": 1, "length": 1, "tracer": 0}])  # fmt: skip
-    assert compact_span(span) is span

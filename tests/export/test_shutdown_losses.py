@@ -15,7 +15,7 @@ SPANS_PER_TRAJECTORY = 2
 
 
 @pytest.fixture
-def make(monkeypatch):
+def make(monkeypatch, tmp_path):
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER",
                  "OTEL_ROLLOUT_SAMPLE_RATIO", "OTEL_TRACES_SAMPLER"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
@@ -25,7 +25,7 @@ def make(monkeypatch):
 
     def make(rx: OTLPReceiver):
         return configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
-                         metrics_exporter="none")  # fmt: skip
+                         metrics_exporter="none", output_dir=tmp_path)  # fmt: skip
 
     return make
 
@@ -65,13 +65,12 @@ def test_spans_a_timed_out_shutdown_leaves_behind_are_counted_then_exported_if_t
         n = 20 * SPANS_PER_TRAJECTORY
         run(rollout, "t", 20)
         with caplog.at_level(logging.WARNING, logger="otel_rollout"):
-            assert rollout.shutdown(timeout_s=0.5) is False
+            assert rollout.shutdown(timeout_s=0.1) is False  # below the export timeout
         s = rollout.export_stats
         assert s.pending == s.in_flight == 0 and s.dropped_shutdown_timeout > 0
         assert accounted(s) == n  # none of them neither exported nor counted
         assert any("shutdown_timeout" in r.getMessage() for r in caplog.records)
         rx.release()  # the endpoint answers again while the exporter is still trying
-        assert rx.wait_for(lambda r: len(r.spans()) == n)
 
         def settled(_):
             s = rollout.export_stats
@@ -79,8 +78,5 @@ def test_spans_a_timed_out_shutdown_leaves_behind_are_counted_then_exported_if_t
 
         assert rx.wait_for(settled)  # what got through after all is exported, not lost
         s = rollout.export_stats
-        # Batches in flight while the endpoint hung timed out on our side (though the
-        # receiver still took them after release): counted as failed, once; the rest
-        # were exported late.
-        assert s.exported + s.dropped_export_failed == n and s.pending == s.in_flight == 0
-        assert s.exported > 0 and s.dropped_export_failed > 0
+        # Batches the hung endpoint timed out went to the local trace file: exported late.
+        assert (s.exported, s.dropped, s.pending, s.in_flight) == (n, 0, 0, 0)

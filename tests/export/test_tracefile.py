@@ -13,9 +13,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from otel_rollout import BreakdownProcessor, RolloutTracer
+from otel_rollout import RolloutTracer
 from otel_rollout._export.tracefile import RotatingTraceFile, rotated_path
 from otel_rollout.report import read_sources
+from otel_rollout.sdk import BreakdownProcessor
 
 
 class _Clock:
@@ -243,3 +244,34 @@ def test_a_forked_child_writes_its_own_files(tmp_path):
     parent_ids = {t.breakdown.trajectory_id for t in read_sources([str(path)]).trajectories}
     child_ids = {t.breakdown.trajectory_id for t in read_sources([str(child)]).trajectories}
     assert parent_ids == {"t0", "t1"} and child_ids == {"t100", "t101"}
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved away"])
+def test_a_trace_file_deleted_or_moved_away_while_written_is_written_again(tmp_path, how):
+    path = tmp_path / "traces-x.jsonl"
+    exporter = RotatingTraceFile(path, max_bytes=None, max_age_s=None)
+    tracer, _ = _tracer(exporter)
+    _run(tracer, 1)
+    if how == "deleted":
+        path.unlink()
+    else:
+        path.rename(tmp_path / "old.jsonl")
+    _run(tracer, 1, start=1)
+    exporter.shutdown()
+    ids = {t.breakdown.trajectory_id for t in read_sources([str(path)]).trajectories}
+    assert ids == {"t1"}
+
+
+def test_the_trace_file_is_not_writable_by_all_even_under_umask_000(tmp_path, monkeypatch):
+    from otel_rollout import configure
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_TRACES_EXPORTER", "OTEL_ROLLOUT_TRACES_EXPORTER"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    old = os.umask(0)
+    try:
+        rollout = configure(local=True, output_dir=tmp_path, summary_stream=None)
+    finally:
+        os.umask(old)
+    assert rollout.shutdown(timeout_s=10)
+    assert rollout.trace_file.stat().st_mode & 0o777 == 0o644

@@ -7,6 +7,8 @@ same ``agent_loop`` signature and call pattern (``skyrl_gym.make`` then ``env.in
 ``finish_session`` in ``finally``, ``e2e_time`` from ``time.monotonic()``), env methods run
 through ``_run_in_executor_if_available`` on a real thread pool, and a remote client whose
 ``_post(url, json, headers)`` makes real HTTP requests to a server in the test.
+That module is no installed ``skyrl`` distribution, so these tests instrument with
+``skip_dep_check=True`` (as ``opentelemetry-instrument`` does after its own check).
 
 The last tests run against the published ``skyrl`` 0.4.0 where it imports (Python >= 3.12):
 a real ``SkyRLGymGenerator`` from SkyRL's config classes, a tokenizer built in the test, and
@@ -215,11 +217,13 @@ def instrumented(skyrl_module):
     env = make_test_env()
     inst = SkyRLInstrumentor()
     inst.instrument(
+        skip_dep_check=True,
         tracer_provider=env.tracer_provider,
         meter_provider=env.meter_provider,
         processor=env.processor,
+        logger_provider=env.logger_provider,
     )
-    inst.instrument()  # idempotent: a second call changes nothing
+    inst.instrument(skip_dep_check=True)  # idempotent: a second call changes nothing
     yield env
     inst.uninstrument()
 
@@ -294,9 +298,11 @@ def test_one_trajectory_tree_parented_across_executor_threads(instrumented, serv
     steps = sorted(names["env_step"], key=lambda s: s.start_time)
     first, second = (s.attributes["rollout.step.reward"] for s in steps)
     assert first < 1.0 and second == 1.0 == result.reward
-    assert all(s.events[-1].name == "gen_ai.evaluation.result" for s in steps)
+    # and each an evaluation event: a log record in the step span's context
+    records = env.events("gen_ai.evaluation.result")
+    assert [r.span_id for r in records] == [s.context.span_id for s in steps]
     (b,) = env.breakdowns
-    assert b.turns == 2 and b.env_steps == 2 and b.env_setup > 0
+    assert b.turns == 2 and b.env_steps == 2 and b.band("env_setup") > 0
     # SkyRL's e2e_time and the breakdown's e2e measure the same interval: the root less
     # the finish_session call in agent_loop's finally, a phase outside the accounted time.
     (finish,) = names["finish_session"]
@@ -395,6 +401,7 @@ def test_uninstrument_restores_skyrl(skyrl_module, server):
     }
     inst = SkyRLInstrumentor()
     inst.instrument(
+        skip_dep_check=True,
         tracer_provider=env.tracer_provider,
         meter_provider=env.meter_provider,
         processor=env.processor,
@@ -439,7 +446,7 @@ def test_real_skyrl_generator_has_the_shape_the_instrumentor_wraps():
     assert mod.skyrl_gym is skyrl_gym and hasattr(cls, "_run_in_executor_if_available")
     env = make_test_env()
     inst = SkyRLInstrumentor()
-    inst.instrument(tracer_provider=env.tracer_provider)
+    inst.instrument(skip_dep_check=True, tracer_provider=env.tracer_provider)
     try:
         assert hasattr(cls.__dict__["agent_loop"], "__wrapped__")
     finally:
@@ -529,6 +536,7 @@ def test_real_skyrl_generator_agent_loop(monkeypatch):
     env = make_test_env()
     inst = SkyRLInstrumentor()
     inst.instrument(
+        skip_dep_check=True,
         tracer_provider=env.tracer_provider,
         meter_provider=env.meter_provider,
         processor=env.processor,
@@ -621,6 +629,7 @@ def test_real_remote_inference_client_generate_requests_carry_traceparent(monkey
     env = make_test_env()
     inst = SkyRLInstrumentor()
     inst.instrument(
+        skip_dep_check=True,
         tracer_provider=env.tracer_provider,
         meter_provider=env.meter_provider,
         processor=env.processor,
@@ -683,3 +692,80 @@ def test_suppressed_instrumentation_leaves_the_agent_loop_untraced(instrumented,
     assert all("traceparent" not in headers for _, headers in server.requests)
     asyncio.run(loop_once(gen, "traced"))  # and traced again once suppression ends
     assert len(env.roots()) == 1
+
+
+# --- a plain install, and clients the class patch cannot reach ---------------------------------
+def test_without_skyrl_the_error_names_the_package_and_its_python(monkeypatch):
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    monkeypatch.setitem(sys.modules, MOD, None)  # as when skyrl is not installed
+    with pytest.raises(ImportError) as exc:
+        SkyRLInstrumentor().instrument(skip_dep_check=True)
+    message = str(exc.value)
+    assert "pip install skyrl 'otel-rollout[skyrl]'" in message
+    assert "Python 3.12 or later" in message and MOD in message
+
+
+def test_without_skyrl_instrument_logs_what_to_install(monkeypatch, caplog):
+    import contextlib
+
+    from otel_rollout.instrumentation import forget_warnings
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    forget_warnings("skyrl-missing")
+    monkeypatch.setitem(sys.modules, "skyrl", None)  # as when skyrl is not installed
+    monkeypatch.setitem(sys.modules, MOD, None)
+    with contextlib.suppress(ImportError):  # where the distribution is there after all
+        SkyRLInstrumentor().instrument()
+    assert "pip install skyrl 'otel-rollout[skyrl]' (skyrl needs Python 3.12" in caplog.text
+
+
+def _instance_generate_client(port: int) -> RemoteInferenceClient:
+    import functools
+
+    client = RemoteInferenceClient(port, answer_at=2)
+    # the instance's own attribute shadows the class's method, as a partial or mock does
+    client.generate = functools.partial(RemoteInferenceClient.generate, client)
+    return client
+
+
+def test_a_generate_that_is_the_instances_own_gets_spans_and_traceparent(instrumented, server):
+    env = instrumented
+    client = _instance_generate_client(server.port)
+    asyncio.run(loop_once(SkyRLGymGenerator(client), "q8"))
+    generates = [s for s in env.spans() if s.name == "generate"]
+    sent = [h for path, h in server.requests if path == "/inference/v1/generate"]
+    assert len(generates) == len(sent) == 3
+    assert {h["traceparent"].split("-")[2] for h in sent} == {
+        f"{s.context.span_id:016x}" for s in generates
+    }
+    # SkyRL pickles its clients: the copy carries the plain partial again
+    copy_ = pickle.loads(pickle.dumps(client))
+    assert type(copy_.generate).__name__ == "partial"
+
+
+def test_a_mock_generate_gets_its_generate_spans(instrumented, server):
+    from unittest.mock import AsyncMock
+
+    env = instrumented
+    client = RemoteInferenceClient(server.port)
+    answer = {"responses": ["#### 42"], "response_ids": [[1]], "stop_reasons": ["stop"]}
+    client.generate = mock = AsyncMock(return_value=answer)
+    asyncio.run(loop_once(SkyRLGymGenerator(client), "q9"))
+    assert mock.await_count == 1
+    assert [s.name for s in env.spans()].count("generate") == 1
+
+
+def test_uninstrument_puts_the_instances_own_generate_back(skyrl_module, server):
+    from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+
+    env = make_test_env()
+    inst = SkyRLInstrumentor()
+    inst.instrument(skip_dep_check=True, tracer_provider=env.tracer_provider,
+                    meter_provider=env.meter_provider, processor=env.processor)  # fmt: skip
+    client = _instance_generate_client(server.port)
+    original = client.generate
+    asyncio.run(loop_once(SkyRLGymGenerator(client), "q10"))
+    assert client.generate is not original
+    inst.uninstrument()
+    assert client.generate is original

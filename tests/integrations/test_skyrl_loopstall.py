@@ -22,6 +22,7 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
     from skyrl_gym.envs.gsm8k.multi_turn_env import GSM8kMultiTurnEnv
 
     from otel_rollout.integrations.skyrl import SkyRLInstrumentor
+    from otel_rollout.sdk import configure_loop_stalls
     from otel_rollout.testing import make_test_env
 
     step_s, turns, n = 0.02, 2, 3
@@ -53,6 +54,7 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
         policy_model_name="tiny",
     )  # fmt: skip
     env = make_test_env()
+    configure_loop_stalls(True)
     inst = SkyRLInstrumentor()
     inst.instrument(
         tracer_provider=env.tracer_provider,
@@ -73,6 +75,7 @@ def test_real_skyrl_inline_env_steps_are_own_time_and_block_the_others(monkeypat
         asyncio.run(batch())
     finally:
         inst.uninstrument()
+        configure_loop_stalls(False)
         skyrl_gym.envs.registration.deregister("busy_gsm8k_test")
     bds = env.breakdowns
     assert len(bds) == n and all(b.env_steps == turns for b in bds)

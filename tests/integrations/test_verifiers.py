@@ -123,11 +123,11 @@ def deviations(trace, bd):
     stages = (tm.boot, tm.setup, tm.agent, tm.finalize, tm.scoring)
     elapsed = max(s.end for s in stages if s.end) - tm.boot.start
     return {
-        "e2e": (bd.e2e - bd.env_teardown) - elapsed,
-        "env_setup": bd.env_setup - (tm.boot.duration + tm.setup.duration),
-        "llm": bd.llm - tm.agent.model.duration,
-        "env": bd.env - tm.agent.harness.duration,
-        "other": bd.other - (tm.finalize.duration + tm.scoring.duration),
+        "e2e": (bd.e2e - bd.band("env_teardown")) - elapsed,
+        "env_setup": bd.band("env_setup") - (tm.boot.duration + tm.setup.duration),
+        "llm": bd.band("llm") - tm.agent.model.duration,
+        "env": bd.band("env") - tm.agent.harness.duration,
+        "other": bd.band("other") - (tm.finalize.duration + tm.scoring.duration),
     }
 
 
@@ -155,12 +155,12 @@ def test_each_rollout_equals_verifiers_own_timers(kit):
         bd = by_id[t.id]
         n = len(t.calls)
         assert bd.turns == n == t.num_turns
-        assert bd.llm >= n * GENERATE_S
-        assert bd.env >= (n - 1) * TOOL_S
-        assert bd.env_setup >= SETUP_S
-        assert bd.other >= FINALIZE_S + SCORING_S
-        assert bd.env_teardown > 0
-        assert bd.reward == 1.0
+        assert bd.band("llm") >= n * GENERATE_S
+        assert bd.band("env") >= (n - 1) * TOOL_S
+        assert bd.band("env_setup") >= SETUP_S
+        assert bd.band("other") >= FINALIZE_S + SCORING_S
+        assert bd.band("env_teardown") > 0
+        assert bd.score == 1.0
 
 
 def test_an_interaction_of_several_segments_equals_verifiers_own_timers(kit, env):
@@ -217,7 +217,7 @@ def test_a_failed_rollout_ends_with_its_error(kit, env):
     assert len(gens) == len(trace.calls) >= 1
     assert {g.attributes[A.ERROR_TYPE] for g in gens} == {"ProviderError"}
     (bd,) = env.breakdowns
-    assert abs(bd.llm - trace.timing.agent.model.duration) <= TOLERANCE_S
+    assert abs(bd.band("llm") - trace.timing.agent.model.duration) <= TOLERANCE_S
 
 
 def test_every_span_is_under_its_root_and_roots_link_to_the_batch(kit, env):
@@ -295,7 +295,7 @@ def test_histograms_and_summary_keys_sit_beside_verifiers_own(kit, env):
     for key in ("completion", "llm", "env", "env_setup", "env_teardown", "other"):
         for stat in ("mean", "p90", "max"):
             assert f"generate/trajectory_time_{key}_{stat}" in summary
-    assert "generate/batch_tail_time" in summary
+    assert "generate/batch_drain_time" in summary
     # verifiers' own per-run aggregates (prime_runs.metrics.from_episodes): avg_reward
     mean_model = sum(t.timing.agent.model.duration for t in traces) / len(traces)
     assert abs(summary["generate/trajectory_time_llm_mean"] - mean_model) <= TOLERANCE_S
@@ -337,6 +337,41 @@ def test_vf_eval_fan_out_is_a_batch(kit, env):
     assert len(traces) == 2
 
 
+def test_vf_eval_declares_its_max_concurrent_as_the_batch_capacity(kit, env):
+    import contextlib
+
+    from verifiers.v1.cli.eval import runner
+    from verifiers.v1.clients import EvalClientConfig
+    from verifiers.v1.types import SamplingConfig
+
+    class Serving:  # the env's serving block, as the runner enters it
+        @contextlib.asynccontextmanager
+        async def serving(self):
+            yield
+
+    inst = instrumented(env)
+
+    async def main(max_concurrent):
+        async with kit.Server(GENERATE_S) as server:
+            agent = agent_for(kit, server.url)
+            client = EvalClientConfig(base_url=server.url, api_key_var=KEY_ENV)
+            config = SimpleNamespace(client=client, model="stand-in", sampling=SamplingConfig(),
+                                     max_concurrent=max_concurrent)  # fmt: skip
+            async with runner._in_process(Serving(), config, None, None):
+                return await runner.gather_rollouts(agent.run(task(kit, n)) for n in (1, 2))
+
+    try:
+        asyncio.run(main(3))
+        asyncio.run(main(None))  # unbounded: the peak in flight
+    finally:
+        inst.uninstrument()
+    declared, peak = env.spans(A.SPAN_BATCH)
+    assert declared.attributes[A.BATCH_CONCURRENCY] == 3
+    assert declared.attributes["rollout.batch.capacity"] == 3
+    assert A.BATCH_CONCURRENCY not in peak.attributes
+    assert peak.attributes["rollout.batch.capacity"] == 2
+
+
 def test_uninstrument_restores_verifiers(kit, env):
     from verifiers.v1.cli.eval import runner
     from verifiers.v1.clients.eval import EvalClient
@@ -349,13 +384,13 @@ def test_uninstrument_restores_verifiers(kit, env):
         (EvalClient, "relay"), (EvalClient, "get_response"),
     ]  # fmt: skip
     before = [cls.__dict__[name] for cls, name in targets]
-    gather = runner.gather_rollouts
+    gather, serving = runner.gather_rollouts, runner._in_process
     inst = instrumented(env)
     assert Rollout.__dict__["open"] is not before[0]
     inst.instrument()  # idempotent
     inst.uninstrument()
     assert [cls.__dict__[name] for cls, name in targets] == before
-    assert runner.gather_rollouts is gather
+    assert runner.gather_rollouts is gather and runner._in_process is serving
     asyncio.run(run_rollouts(kit, env, turns=(1,), batch=False))
     assert env.roots() == []
 
@@ -414,7 +449,7 @@ def test_without_verifiers_the_error_names_the_install_line(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "verifiers.v1.rollout", None)
     with pytest.raises(ImportError, match=r"pip install 'otel-rollout\[verifiers\]'"):
-        VerifiersInstrumentor().instrument()
+        VerifiersInstrumentor().instrument(skip_dep_check=True)
 
 
 def test_the_shipped_bash_harness_in_a_subprocess_equals_verifiers_own_timers(kit, env):
@@ -501,5 +536,5 @@ def test_a_configured_pipeline_finishes_the_roots_through_its_tracer(kit, tmp_pa
         rollout.shutdown()
     (bd,) = got
     assert bd.trajectory_id == trace.id
-    assert abs(bd.llm - trace.timing.agent.model.duration) <= TOLERANCE_S
+    assert abs(bd.band("llm") - trace.timing.agent.model.duration) <= TOLERANCE_S
     assert bd.start_time_ns == round(trace.timing.boot.start * 1e9)

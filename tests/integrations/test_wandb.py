@@ -58,7 +58,7 @@ def test_each_step_logs_summarize_the_batch_summary_and_the_timeline(offline_run
     assert [r["_step"] for r in rows] == [0, 1]
     for row, figures in zip(rows, logged, strict=True):
         for key in ("generate/trajectory_time_completion_mean", "generate/frac_time_in_env",
-                    "generate/batch_tail_time", "generate/batch_stragglers"):  # fmt: skip
+                    "generate/batch_drain_time", "generate/batch_stragglers"):  # fmt: skip
             assert row[key] == pytest.approx(figures[key]), key
     assert logged[-1] == {**summarize(batch.breakdowns), **batch.analysis.summary()}
     last = rows[-1]
@@ -89,3 +89,31 @@ def test_without_a_run_it_says_what_to_do(monkeypatch):
         wandb.finish()
     with pytest.raises(RuntimeError, match=r"wandb.init\(\) first"):
         log_step(breakdowns=[])
+
+
+@pytest.mark.parametrize("batch", [42, "step 3", {"generate/x": 1.0}, [1, 2]])
+def test_what_is_not_a_batch_is_a_type_error_naming_what_is_accepted(offline_run, batch):
+    with pytest.raises(TypeError, match=r"batch: expected a Batch .*a BatchAnalysis, or None"):
+        log_step(batch)
+    with pytest.raises(TypeError, match=r"batch: expected"):
+        step_figures(batch)
+
+
+def test_a_collector_is_a_type_error_naming_its_drain(offline_run):
+    import io
+
+    rollout = configure(local=True, traces_exporter="none", metrics_exporter="none",
+                        summary_stream=io.StringIO())  # fmt: skip
+    _step(rollout, 0, 2)
+    rollout.collector.drain()  # drained: it would log an empty payload
+    for call in (lambda: log_step(rollout.collector),
+                 lambda: log_step(breakdowns=rollout.collector)):  # fmt: skip
+        with pytest.raises(TypeError, match=r"collector\.drain\(\)"):
+            call()
+    rollout.shutdown()
+
+
+@pytest.mark.parametrize("breakdowns", [42, "abc", {"a": 1}, [1.5]])
+def test_breakdowns_that_are_not_breakdowns_are_a_type_error(offline_run, breakdowns):
+    with pytest.raises(TypeError, match=r"breakdowns: expected"):
+        log_step(breakdowns=breakdowns)

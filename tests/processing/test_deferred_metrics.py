@@ -15,9 +15,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_rollout import BreakdownProcessor, RolloutTracer
+from otel_rollout import RolloutTracer
 from otel_rollout._processing import histograms as histograms_module
 from otel_rollout.attributes import METRIC_DURATION, METRIC_IN_FLIGHT, METRIC_PHASE_DURATION
+from otel_rollout.sdk import BreakdownProcessor
 from otel_rollout.testing import ManualClock
 
 
@@ -103,14 +104,15 @@ def test_exemplars_still_carry_the_trace_id_of_each_sampled_trajectory():
     assert point.exemplars, "a sampled trajectory's record must keep its exemplar"
 
 
-def test_the_in_flight_gauge_counts_open_trajectories_at_collection():
+def test_the_in_flight_gauge_counts_open_trajectories_per_env_class_at_collection():
     s = make()
     one(s.tracer, s.clock, "ended")
-    with s.tracer.trajectory("open", env="e"):
-        (gauge,) = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
-        assert gauge.value == 1
-    (gauge,) = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
-    assert gauge.value == 0
+    with s.tracer.trajectory("open", env="e"), s.tracer.trajectory("other", env="f"):
+        points = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
+        assert {p.attributes["rollout.env.class"]: p.value for p in points} == {"e": 1, "f": 1}
+    points = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
+    # a class seen before reads 0, not a series that vanished
+    assert {p.attributes["rollout.env.class"]: p.value for p in points} == {"e": 0, "f": 0}
 
 
 def test_force_flush_and_shutdown_record_what_waits():

@@ -11,8 +11,9 @@ from _otel_env import clean_otel_env
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_rollout import BreakdownProcessor, configure
 from otel_rollout import attributes as A
+from otel_rollout import configure
+from otel_rollout.sdk import BreakdownProcessor
 
 
 class _CountingDict(dict):

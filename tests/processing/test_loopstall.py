@@ -33,7 +33,7 @@ class Clock:
 def _restore():
     yield
     configure_loop_stalls(
-        True, threshold_s=_loopstall.DEFAULT_THRESHOLD_S, clock=time.perf_counter_ns
+        False, threshold_s=_loopstall.DEFAULT_THRESHOLD_S, clock=time.perf_counter_ns
     )
     _loopstall._CFG.meter_provider = None
     _loopstall._CFG.histogram = None
@@ -138,6 +138,22 @@ async def test_a_stall_is_an_event_on_the_culprit_phase_and_a_metric(rollout_env
     assert point.count == 1 and point.sum >= 0.03
 
 
+def test_off_by_default_leaves_asyncio_unpatched_unless_configure_asks(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys, otel_rollout; run = asyncio.events.Handle._run; "
+        "r = otel_rollout.configure(local=True, output_dir=sys.argv[1], loop_stalls=False); "
+        "t = r.tracer; ok = asyncio.events.Handle._run is run; "
+        "otel_rollout.configure(local=True, output_dir=sys.argv[1], loop_stalls=True).tracer; "
+        "asyncio.run(asyncio.sleep(0)); print(ok, asyncio.events.Handle._run is run)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.stdout.split() == ["True", "False"], done.stderr
+
+
 async def test_off_leaves_loop_figures_unknown(rollout_env):
     configure_loop_stalls(False)
     async with rollout_env.tracer.trajectory("t"):
@@ -160,6 +176,7 @@ def test_a_loop_that_cannot_be_timed_is_said_once(rollout_env, monkeypatch, capl
         pass
 
     _errors.forget_warnings("loopstall:")
+    configure_loop_stalls(True)
     monkeypatch.setattr(_loopstall.asyncio, "get_running_loop", lambda: OtherLoop())
     caplog.set_level(logging.WARNING, logger="otel_rollout")
     for _ in range(2):
@@ -178,7 +195,8 @@ def test_bad_threshold_is_refused():
 # --- the demo shows the waits ------------------------------------------------------------------
 def test_demo_shows_loop_stalls_the_engine_split_and_the_same_waits_offline(tmp_path):
     pytest.importorskip("skyrl_gym")
-    from otel_rollout.demo._run import GSM8K_LOOP_WORK_S, run_demo_async
+    from otel_rollout.demo._run import run_demo_async
+    from otel_rollout.demo._workload import GSM8K_LOOP_WORK_S
     from otel_rollout.report import read_trace_file
 
     result = asyncio.run(run_demo_async(n=8, concurrency=4, output_dir=tmp_path))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_rollout import RecordingRatioSampler
+from otel_rollout.sdk import RecordingRatioSampler
 from otel_rollout.testing import make_test_env
 
 

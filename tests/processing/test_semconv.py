@@ -13,6 +13,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 import otel_rollout
+import otel_rollout.sdk
 from otel_rollout import attributes as A
 from otel_rollout._base.semconv import bounded_status
 from otel_rollout.testing import make_test_env
@@ -196,7 +197,8 @@ def test_dashboard_and_collector_never_key_on_span_names():
             for label in re.split(r",\s*", group):
                 assert label in {"le", "rollout_phase", "rollout_env_class",
                                  "rollout_trajectory_status", "service_name", "job",
-                                 "model", "gen_ai_request_model", ""}, (label, expr)  # fmt: skip
+                                 "model", "gen_ai_request_model", "rollout_step_phase",
+                                 ""}, (label, expr)  # fmt: skip
     for path in (ROOT / "collector-config").glob("*.yaml"):
         text = path.read_text()
         assert "span.name" not in text and "span_name" not in text, path
@@ -238,7 +240,7 @@ def test_dashboard_is_valid_json():
 # --- GenAI client metrics ------------------------------------------------------------------
 def test_genai_client_metrics_follow_the_conventions(rollout_env):
     rollout_env.tracer_provider.add_span_processor(
-        otel_rollout.GenAIMetricsProcessor(rollout_env.meter_provider)
+        otel_rollout.sdk.GenAIMetricsProcessor(rollout_env.meter_provider)
     )
     for i in range(3):
         with rollout_env.tracer.trajectory(f"inst-{i}_0", env="gsm8k", model="qwen3-8b") as t:
@@ -269,7 +271,7 @@ def test_genai_client_metrics_follow_the_conventions(rollout_env):
 
 def test_failed_generate_carries_its_error_type(rollout_env):
     rollout_env.tracer_provider.add_span_processor(
-        otel_rollout.GenAIMetricsProcessor(rollout_env.meter_provider)
+        otel_rollout.sdk.GenAIMetricsProcessor(rollout_env.meter_provider)
     )
     with pytest.raises(TimeoutError), rollout_env.tracer.trajectory() as t, t.generate():
         raise TimeoutError

@@ -93,6 +93,8 @@ def real(tmp_path_factory):
                     pass
             with traj.env_teardown():
                 pass
+            if i:  # one trajectory without a reward
+                traj.set_reward(i / 4)
     assert rollout.shutdown(timeout_s=10)
     return rollout.trace_file, online
 
@@ -111,6 +113,7 @@ def test_report_json_matches_the_online_summary(real, capsys):
     rc, out, _ = _json_report(capsys, str(path))
     assert rc == 0 and out["trajectories"] == 6 and out["incomplete"] == 0
     assert out["losses"] == {}
+    assert out["generate/reward_mean"] == pytest.approx(sum(range(1, 6)) / 4 / 5)
     for k, v in summarize(online).items():
         assert out[k] == pytest.approx(v, abs=1e-12)
 
@@ -119,7 +122,7 @@ def test_filters(real, capsys):
     path, _ = real
     assert _json_report(capsys, str(path), "--env", "text2sql")[1]["trajectories"] == 3
     rc, out, err = _json_report(capsys, str(path), "--model", "nope")
-    assert rc == 0 and out["trajectories"] == 0 and out["found"] == 6
+    assert rc == 1 and out["trajectories"] == 0 and out["found"] == 6
     assert "none of the 6 trajectories matches the filters" in err
     late = "2999-01-01T00:00:00"
     assert _json_report(capsys, str(path), "--since", late)[1]["trajectories"] == 0
@@ -267,7 +270,7 @@ def test_empty_file_says_it_holds_no_trajectories(tmp_path, capsys):
 @pytest.mark.parametrize(
     "doc",
     ['{"resourceSpans": ["x"]}', '{"data": "x"}', '{"data": [1]}', "[1, 2]", '"x"',
-     '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 5}]}]}]}', '{"hello": 1}'],
+     '{"hello": 1}'],
 )  # fmt: skip
 def test_wrong_shape_lines_are_skipped_with_a_one_line_warning(tmp_path, capsys, doc):
     f = _write(tmp_path / "t.jsonl", doc, _line(_trajectory(1)))
@@ -275,6 +278,16 @@ def test_wrong_shape_lines_are_skipped_with_a_one_line_warning(tmp_path, capsys,
     assert rc == 0 and out["trajectories"] == 1 and out["losses"] == {LOSS_BAD_LINE: 1}
     (warning,) = err.strip().splitlines()
     assert warning.startswith(f"otel-rollout report: warning: {f}:1: not OTLP")
+
+
+def test_a_span_that_cannot_be_read_is_rejected_and_the_rest_of_its_line_read(tmp_path, capsys):
+    bad = {"traceId": 5, "spanId": "x"}
+    doc = json.loads(_line(_trajectory(1)))
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"].insert(0, bad)
+    f = _write(tmp_path / "t.jsonl", json.dumps(doc))
+    rc, out, _ = _json_report(capsys, str(f))
+    assert rc == 0 and out["trajectories"] == 1
+    assert out["losses"] == {"spans rejected: unreadable (a bad id or time)": 1}
 
 
 def test_wrong_shape_json_file_is_a_one_line_error(tmp_path, capsys):
@@ -324,7 +337,7 @@ def test_a_full_read_buffer_finishes_the_oldest_trace_early_and_counts_it():
 
 
 def _spans_of(span_doc) -> list[RawSpan]:
-    from otel_rollout.report import spans_from_document
+    from otel_rollout.report._documents import spans_from_document
 
     return spans_from_document(json.loads(_line([span_doc])))
 
@@ -395,7 +408,7 @@ def test_jaeger_and_tempo_urls(real, backend, capsys):
     _Backend.jaeger = _jaeger_doc(read_spans_file(path))
     tempo = {}
     for d in (json.loads(ln) for ln in path.read_text().splitlines()):
-        for rs in d["resourceSpans"]:
+        for rs in d.get("resourceSpans", ()):  # not the log lines (rewards)
             for ss in rs["scopeSpans"]:
                 for sp in ss["spans"]:
                     sp = dict(sp, traceId=_b64(sp["traceId"]), spanId=_b64(sp["spanId"]))
@@ -421,6 +434,15 @@ def test_jaeger_and_tempo_urls(real, backend, capsys):
     }
     rc, out, _ = _json_report(capsys, f"{backend}/api/search?limit=20")
     assert rc == 0 and out["trajectories"] == 6
+
+
+def test_a_span_tempo_answers_that_cannot_be_read_is_rejected_alone(backend, capsys):
+    doc = json.loads(_line(_trajectory(1)))
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"].insert(0, {"traceId": 5, "spanId": "?"})
+    _Backend.tempo = {format(1, "032x"): {"batches": doc["resourceSpans"]}}
+    rc, out, _ = _json_report(capsys, f"{backend}/api/search?limit=20")
+    assert rc == 0 and out["trajectories"] == 1
+    assert out["losses"] == {"spans rejected: unreadable (a bad id or time)": 1}
 
 
 @pytest.mark.parametrize("answer", [{"data": "x"}, {"data": [{"spans": "x"}]}, [1], "x"])

@@ -160,3 +160,46 @@ def test_holm_and_the_t_test_against_known_values():
     x = np.array([1.0, 2.0, 3.0, 4.0])
     assert welch_p(x, x) == pytest.approx(1.0) and np.isnan(welch_p(x[:1], x))
     assert welch_p(np.ones(3), np.ones(3) * 2) == 0.0
+
+
+# --- the answer first --------------------------------------------------------------------------
+def test_the_answer_leads_in_one_line_then_the_bands(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("skyrl_gym")
+    from otel_rollout.demo._run import run_demo
+
+    base = run_demo(n=8, concurrency=4, seed=0, output_dir=tmp_path / "base").trace_file
+    run = run_demo(n=8, concurrency=4, seed=1, output_dir=tmp_path / "run").trace_file
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["report", str(run), "--baseline", str(base)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = lines[0]
+    assert first.startswith("vs baseline: ") and len(first) <= 80
+    assert " traj/s (" in first and ", batch wall " in first and ", drain " in first
+    assert "against baseline" in lines[2]  # the per-band tables come next
+    assert [line for line in lines if len(line) > 80] == []
+
+
+def test_without_batch_spans_the_first_line_says_so(capsys, tmp_path):
+    llm = list(range(1, 11))
+    base = _run_file(tmp_path / "base.jsonl", [1] * 10, llm)
+    run = _run_file(tmp_path / "run.jsonl", [2] * 10, llm)
+    assert main(["report", run, "--baseline", base]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "vs baseline: no batch spans in either run; the bands per env class below"
+
+
+def test_the_headline_drops_the_figures_before_it_passes_80_columns():
+    from types import SimpleNamespace
+
+    from otel_rollout.report._compare import headline
+
+    def view(n, wall_s, drain_s):
+        a = SimpleNamespace(trajectories=n, wall_ns=int(wall_s * 1e9), drain_ns=int(drain_s * 1e9))
+        return SimpleNamespace(analysis=a)
+
+    short = headline([view(64, 4.0, 1.0)], [view(64, 2.0, 1.5)])
+    assert short == (
+        "vs baseline: 32.0 traj/s (+100%), batch wall 2.00 s (-50%), drain 1.50 s (+50%)"
+    )
+    huge = headline([view(10**9, 4000.0, 1000.0)], [view(10**9, 2000.0, 1500.0)])
+    assert huge == "vs baseline: throughput +100%, batch wall -50%, drain +50%"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 
-import _loops
 import pytest
 
 from otel_rollout import configure
@@ -18,13 +17,7 @@ from otel_rollout.cli import main
 from otel_rollout.report import _files
 from otel_rollout.report._documents import parse_document
 from otel_rollout.report._model import row_of
-from otel_rollout.report._otlp_typed import WHOLE_SPAN_KEYS, typed_rows, typed_spans
-
-
-@pytest.fixture(autouse=True, params=_loops.MODES)
-def _loops_run(request, monkeypatch):
-    """Each test with the loops in C and in Python: both give the general reader's figures."""
-    _loops.use(request.param, monkeypatch)
+from otel_rollout.report._otlp_typed import WHOLE_SPAN_KEYS, typed_rows
 
 
 def _write_run(folder, n=40):
@@ -52,19 +45,13 @@ def _general(line):
     return parse_document(json.loads(line), "x")
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert repr(x) == repr(y)  # repr: a NaN attribute equals itself this way
-
-
 def _same_rows(rows, spans):
     """The fast reader's rows are the general reader's spans as rows; a row without its
     whole span is one whose attributes the assembler reads no further than the phase."""
     assert len(rows) == len(spans)
     for row, span in zip(rows, spans, strict=True):
         expected = row_of(span)
-        assert repr(row[:7]) == repr(expected[:7])
+        assert repr(row[:7]) == repr(expected[:7])  # repr: NaN equals itself this way
         if row[7] is None:
             assert WHOLE_SPAN_KEYS.isdisjoint(span.attributes)
         else:
@@ -75,11 +62,10 @@ def test_every_line_of_a_real_trace_file_reads_the_same_both_ways(tmp_path):
     lines = [ln for p in _write_run(tmp_path) for ln in p.read_bytes().splitlines() if ln]
     fast = 0
     for line in lines:
-        spans = typed_spans(line)
-        if spans is not None:
+        rows = typed_rows(line)
+        if rows is not None:
             fast += 1
-            _same(spans, _general(line))
-            _same_rows(typed_rows(line), _general(line))
+            _same_rows(rows, _general(line))
     assert fast >= 1 and sum(len(_general(ln)) for ln in lines) > 40 * 8
     rows = [r for ln in lines for r in typed_rows(ln) or ()]
     assert any(r[7] is None for r in rows) and any(r[7] is not None for r in rows)
@@ -169,13 +155,9 @@ def test_odd_lines_read_the_same_both_ways(case):
     try:
         expected = _general(line)
     except Exception as exc:  # the general reader rejects it: so must the fast one
-        assert typed_spans(line) is None, exc
+        assert typed_rows(line) is None, exc
         return
-    spans = typed_spans(line)
-    if spans is not None:
-        _same(spans, expected)
     rows = typed_rows(line)
-    assert (rows is None) == (spans is None)
     if rows is not None:
         _same_rows(rows, expected)
 
@@ -184,7 +166,6 @@ def test_odd_lines_read_the_same_both_ways(case):
     {"batches": []}, {"data": []}, {"trace": {}}, {"result": {}},
 ])  # fmt: skip
 def test_other_documents_go_to_the_general_reader(doc):
-    assert typed_spans(_line(**doc)) is None
     assert typed_rows(_line(**doc)) is None
 
 
@@ -197,13 +178,19 @@ def test_other_documents_go_to_the_general_reader(doc):
     "\ufeff{}".encode("utf-16"),
 ])  # fmt: skip
 def test_lines_without_spans_or_odd_go_to_the_general_reader(line):
-    assert typed_spans(line) is None
     assert typed_rows(line) is None
 
 
 def test_a_nan_double_reads_as_nan():
-    line = _line({"attributes": [{"key": "d", "value": {"doubleValue": "NaN"}}]})
-    assert math.isnan(typed_spans(line)[0].attributes["d"])
+    line = _line(
+        {
+            "attributes": [
+                {"key": "d", "value": {"doubleValue": "NaN"}},
+                {"key": "rollout.trajectory.id", "value": {"stringValue": "t"}},
+            ]
+        }
+    )
+    assert math.isnan(typed_rows(line)[0][7].attributes["d"])
 
 
 def _report(files, capsys):
@@ -223,7 +210,6 @@ def test_a_report_is_the_same_to_the_nanosecond_with_the_fast_reader_on_and_off(
         f.write(_line({"endTimeUnixNano": None}) + b"\n")  # no end
     fast = _report(files, capsys)
     monkeypatch.setattr(_files, "typed_rows", lambda line: None)
-    monkeypatch.setattr(_files, "typed_spans", lambda line: None)
     general = _report(files, capsys)
     assert fast == general
     assert fast["trajectories"] == 60 and len(fast["losses"]) >= 4, fast["losses"]

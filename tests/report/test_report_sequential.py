@@ -4,7 +4,6 @@ general way."""
 
 from __future__ import annotations
 
-import _loops
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,12 +19,6 @@ MS = 1_000_000
 T0 = 1_700_000_000 * 10**9
 ROOT_ATTRS = {"rollout.trajectory.id": "t", "rollout.env.class": "e", "gen_ai.request.model": "m"}
 NAMES = ("llm", "env", "env_setup", "env_teardown", "env_queue", "finish_session", "reward")
-
-
-@pytest.fixture(autouse=True, params=_loops.MODES)
-def _loops_run(request, monkeypatch):
-    """Each test with the loops in C and in Python: both give the general reader's figures."""
-    _loops.use(request.param, monkeypatch)
 
 
 def _spans(start, end, phases, nested=()):

@@ -14,9 +14,12 @@ import struct
 import subprocess
 import sys
 import termios
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otel_rollout import attributes as A
 from otel_rollout.report._verdict import bound_line, failure_line, loss_line, verdict
@@ -97,7 +100,7 @@ def test_failures_and_losses_in_one_line_each():
     assert loss_line({"queue_full": 3, "timeout": 9}) == "losses: 9 timeout, 3 queue_full"
 
 
-def test_the_verdict_is_at_most_five_lines_of_80_columns(tmp_path):
+def test_the_verdict_leads_with_the_slots_in_at_most_seven_lines_of_80_columns(tmp_path):
     from otel_rollout.report import read_sources
     from otel_rollout.report._aggregate import ReportData
 
@@ -105,11 +108,31 @@ def test_the_verdict_is_at_most_five_lines_of_80_columns(tmp_path):
     result = read_sources([str(_batch_file(tmp_path / "t.jsonl", long_ids=True))], emit=data.add)
     lines = verdict(data.groups(), data.batches.analyses(result.batches), data.slowest(),
                     failures={"RuntimeError: " + "x" * 200: 2}, losses={"timeout": 1})  # fmt: skip
-    assert len(lines) == 5 and all(len(ln) <= 80 for ln in lines)
-    assert lines[0].startswith("env-bound: env")
-    assert lines[1].startswith("batch step 0: tail ") and "on env" in lines[1]
-    assert lines[2].startswith("stragglers: 4 after the p90 finish; slowest:")
-    assert lines[3].startswith("failed: 2 trajectories") and lines[4] == "losses: 1 timeout"
+    assert len(lines) == 6 and all(len(ln) <= 80 for ln in lines)
+    # 31 slots (the peak in flight) over 35 s: 80 s generating, 156 s in env; the last
+    # start is at 3 s and a slot is left empty at 4 s; four 32 s trajectories (median 3 s)
+    assert (
+        lines[0]
+        == "batch 0: slots 7% generating, 14% in env, 78% empty (drain 31.0 s, 4 stragglers)"
+    )
+    assert lines[1].startswith("engine: idle ") and "of 31 slots generating" in lines[1]
+    assert lines[2].startswith("env-bound: env")
+    # all four at the median would have ended at 6 s: 29 s of the step
+    assert lines[3].startswith("stragglers: 4, costing 29.00 s of step time; slowest: a_r")
+    assert lines[3].endswith("-0036, 32.00 s")  # the id shortened in its middle
+    assert lines[4].startswith("failed: 2 trajectories") and lines[5] == "losses: 1 timeout"
+
+
+def test_no_verdict_line_cuts_a_number_or_an_id_at_80_columns():
+    from otel_rollout._base.text import mid
+
+    assert mid("gsm8k_multi_turn-45", 15) == "gsm8k_m…turn-45"
+    assert mid("short", 15) == "short"
+    line = failure_line({"E: " + "y" * 90: 123_456, "F": 7, "G": 8})
+    assert len(line) <= 80 and line.startswith("failed: 123471 trajectories: ")
+    lost = {f"reason number {i}": 1_000_000 + i for i in range(8)}
+    line = loss_line(lost)
+    assert len(line) <= 80 and line.endswith(" more)") and "1000007 reason number 7" in line
 
 
 # --- on a real terminal ------------------------------------------------------------------------
@@ -151,9 +174,9 @@ def test_report_on_a_real_terminal_leads_with_the_verdict_and_fits(tmp_path, col
     pytest.importorskip("rich")
     path = _batch_file(tmp_path / "t.jsonl", long_ids=True)
     lines = _on_a_terminal(columns, "report", str(path))
-    assert lines[0].startswith("env-bound: env"), lines[:6]
+    assert lines[0].startswith("batch 0: slots "), lines[:7]
     blank = lines.index("")
-    assert blank <= 5  # the verdict: at most five lines, then the tables
+    assert blank <= 7  # the verdict: at most seven lines, then the tables
     assert max(len(ln) for ln in lines) <= columns
     text = "\n".join(lines)
     assert format(40, "032x") in text  # the slowest trajectory's trace id, unbroken
@@ -234,14 +257,49 @@ def test_the_demo_on_an_80_column_terminal_leads_with_the_verdict(tmp_path):
     pytest.importorskip("matplotlib")
     lines = _on_a_terminal(80, "demo", "-n", "6", "--concurrency", "3", "--no-progress",
                            "--output-dir", str(tmp_path / "out"))  # fmt: skip
-    assert re.match(r"(engine|env|setup|bookkeeping)-bound: ", lines[0]), lines[:8]
-    assert lines.index("") <= 5
+    assert re.match(r"batch 0: slots \d+% generating", lines[0]), lines[:8]
+    assert re.match(r"engine: idle \d+% of wall; ", lines[1]), lines[:8]
+    assert lines.index("") <= 7
     # what may run past 80 columns is a path or a command, left whole for copy and paste
     wide = [ln for ln in lines if len(ln) > 80]
-    assert all(ln.startswith(("trace file: ", "  otel-rollout report ")) for ln in wide), wide
+    out = str(tmp_path / "out")
+    assert all(ln.lstrip().startswith((out, "otel-rollout report ")) for ln in wide), wide
     text = "\n".join(lines)
     assert "export: no spans lost" in text and "-p 4317:4317 -p 4318:4318" in text
     # report on the demo's trace file reaches the same verdict
     (trace_file,) = (tmp_path / "out").glob("traces-*.jsonl")
     again = _on_a_terminal(80, "report", str(trace_file))
     assert again[:3] == lines[:3]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(1, 10**6), min_size=1, max_size=6),  # durations, ms
+    st.text(alphabet="abcdefghij_-0123456789", min_size=1, max_size=120),  # ids
+    st.one_of(st.none(), st.integers(0, 10**9)),  # step
+    st.integers(1, 3),  # batches
+)
+def test_the_verdict_lines_fit_80_columns_whole_for_any_batches(durations, ident, step, k):
+    from otel_rollout import analyze_batch
+    from otel_rollout.accounting import compute_breakdown
+    from otel_rollout.report._batches import BatchView
+    from otel_rollout.report._verdict import engine_line, slot_line, straggler_line
+
+    ms = 1_000_000
+    views = []
+    for b in range(k):
+        bds = [
+            compute_breakdown(T0, T0 + d * ms, [("llm", T0, T0 + d * ms // 2)],
+                              trajectory_id=f"{ident}-{i}", batch_id=f"{ident}{b}")
+            for i, d in enumerate(durations)
+        ]  # fmt: skip
+        views.append(BatchView(analyze_batch(bds), step))
+    slowest = max(bds, key=lambda b: b.e2e)
+    lines = slot_line(views), engine_line(views), straggler_line(views, [SimpleNamespace(
+        breakdown=slowest)])  # fmt: skip
+    assert all(len(line) <= 80 for line in lines), lines
+    # the numbers are whole: the slowest's duration, and its id's index after any "…"
+    assert f", {slowest.e2e:.2f} s" in lines[2]
+    assert f"-{len(durations) - 1}," in lines[2] or slowest.trajectory_id.endswith(
+        lines[2].split("slowest: ")[1].split(",")[0].split("…")[-1]
+    )

@@ -13,8 +13,8 @@ import pytest
 from _otel_env import clean_otel_env
 
 from otel_rollout._settings.table import resolve
-from otel_rollout._setup import announce as announce_module
-from otel_rollout._setup.announce import announce, announce_text
+from otel_rollout._setup import config as announce_module
+from otel_rollout._setup.config import announce, announce_text
 
 
 @pytest.fixture(autouse=True)

@@ -54,7 +54,7 @@ def run(rollout, n=3):
 def test_embedded_default_writes_otlp_json_lines_and_prints_a_summary(tmp_path):
     out = io.StringIO()
     rollout = configure(local=True, output_dir=tmp_path, summary_stream=out)
-    assert rollout.settings["traces_exporter"] == "file"
+    assert rollout.settings.traces_exporter == "file"
     run(rollout, 4)
     assert rollout.shutdown(timeout_s=10)
     lines = rollout.trace_file.read_text().splitlines()
@@ -113,33 +113,33 @@ def test_local_mode_leaves_the_global_providers_alone(tmp_path):
 
 def test_argument_beats_rollout_env_beats_otel_env_beats_default(monkeypatch, tmp_path):
     kw = {"local": True, "output_dir": tmp_path, "summary_stream": io.StringIO()}
-    assert configure(**kw).settings["service_name"] == "otel-rollout"
+    assert configure(**kw).settings.service_name == "otel-rollout"
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-otel")
-    assert configure(**kw).settings["service_name"] == "from-otel"
+    assert configure(**kw).settings.service_name == "from-otel"
     monkeypatch.setenv("OTEL_ROLLOUT_SERVICE_NAME", "from-rollout")
-    assert configure(**kw).settings["service_name"] == "from-rollout"
-    assert configure(service_name="arg", **kw).settings["service_name"] == "arg"
+    assert configure(**kw).settings.service_name == "from-rollout"
+    assert configure(service_name="arg", **kw).settings.service_name == "arg"
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
-    assert configure(**kw).settings["sample_ratio"] == 0.25
+    assert configure(**kw).settings.sample_ratio == 0.25
     monkeypatch.setenv("OTEL_ROLLOUT_SAMPLE_RATIO", "0.5")
-    assert configure(**kw).settings["sample_ratio"] == 0.5
-    assert configure(sample_ratio=0.1, **kw).settings["sample_ratio"] == 0.1
+    assert configure(**kw).settings.sample_ratio == 0.5
+    assert configure(sample_ratio=0.1, **kw).settings.sample_ratio == 0.1
 
     for name, var, env_value, arg in (
         ("tail_keep_percentile", "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE", "99", 95.0),
         ("tail_keep_slower_than_s", "OTEL_ROLLOUT_TAIL_KEEP_SLOWER_THAN_S", "600", 30.0),
     ):
-        assert configure(**kw).settings[name] is None
+        assert getattr(configure(**kw).settings, name) is None
         monkeypatch.setenv(var, env_value)
-        assert configure(**kw).settings[name] == float(env_value)
-        assert configure(**{name: arg}, **kw).settings[name] == arg
+        assert getattr(configure(**kw).settings, name) == float(env_value)
+        assert getattr(configure(**{name: arg}, **kw).settings, name) == arg
 
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    assert configure(**kw).settings["traces_exporter"] == "none"
+    assert configure(**kw).settings.traces_exporter == "none"
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "")  # empty counts as unset
-    assert configure(**kw).settings["traces_exporter"] == "file"
+    assert configure(**kw).settings.traces_exporter == "file"
 
 
 def test_bad_argument_raises_naming_value_and_choices(tmp_path):
@@ -166,8 +166,8 @@ def test_bad_env_var_is_reported_not_ignored(monkeypatch, tmp_path):
     text = " ".join(str(w.message) for w in caught)
     assert "OTEL_METRICS_EXPORTER='statsd'" in text and "OTEL_TRACES_SAMPLER_ARG='lots'" in text
     assert "OTEL_ROLLOUT_TAIL_KEEP_PERCENTILE='p99'" in text
-    assert r.settings["metrics_exporter"] == "none" and r.settings["sample_ratio"] == 1.0
-    assert r.settings["tail_keep_percentile"] is None
+    assert r.settings.metrics_exporter == "none" and r.settings.sample_ratio == 1.0
+    assert r.settings.tail_keep_percentile is None
 
 
 def test_sdk_disabled_gives_a_working_no_op_setup(monkeypatch):
@@ -185,7 +185,7 @@ def test_endpoint_from_the_standard_env_var_exports_traces_and_metrics(monkeypat
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")
         rollout = configure(local=True)
-        assert rollout.settings["traces_exporter"] == rollout.settings["metrics_exporter"] == "otlp"
+        assert rollout.settings.traces_exporter == rollout.settings.metrics_exporter == "otlp"
         run(rollout, 5)
         assert len(rollout.collector.drain()) == 5
         assert rollout.shutdown(timeout_s=10)
@@ -196,10 +196,10 @@ def test_endpoint_from_the_standard_env_var_exports_traces_and_metrics(monkeypat
         assert dur["count"] == 5
 
 
-def test_shutdown_returns_even_when_the_endpoint_is_down(monkeypatch):
+def test_shutdown_returns_even_when_the_endpoint_is_down(monkeypatch, tmp_path):
     rx = OTLPReceiver()  # never started
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
-    rollout = configure(local=True, endpoint=rx.grpc_endpoint)
+    rollout = configure(local=True, endpoint=rx.grpc_endpoint, output_dir=tmp_path)
     run(rollout, 10)
     assert len(rollout.collector.drain()) == 10
     rollout.shutdown(timeout_s=3)  # bounded by its timeout, whatever the exporter does
@@ -380,7 +380,7 @@ def test_every_argument_setting_is_a_configure_keyword_and_resolves_from_it(tmp_
               "output_dir": tmp_path, "metric_export_interval_ms": 1000,
               "trace_file_max_mb": 16.0, "trace_file_max_age_s": 600.0,
               "resource_attributes": {"team": "rl"}, "bands": {"judge": "llm"},
-              "genai_metrics": True}  # fmt: skip
+              "genai_metrics": True, "loop_stalls": False}  # fmt: skip
     arguments = [s.name for s in SETTINGS if s.argument]
     assert sorted(arguments) == sorted(values)
     for name in arguments:
@@ -388,7 +388,7 @@ def test_every_argument_setting_is_a_configure_keyword_and_resolves_from_it(tmp_
     r = configure(local=True, **values)
     for name, value in values.items():
         assert r.settings.sources[name] == "argument", name
-        got = r.settings[name]
+        got = getattr(r.settings, name)
         assert (dict(got) if isinstance(value, dict) else got) == value, name
     r.shutdown(timeout_s=2)
 
@@ -476,7 +476,7 @@ def test_a_bad_variable_warns_naming_it_and_the_job_goes_on(monkeypatch, tmp_pat
     with pytest.warns(UserWarning, match=re.escape(f"{var}={text!r} is not accepted")):
         r = configure(local=True, output_dir=tmp_path, summary_stream=io.StringIO(),
                       sample_ratio=0.5)  # fmt: skip
-    assert r.settings[name] == default and r.settings.sources[name] == "default"
+    assert getattr(r.settings, name) == default and r.settings.sources[name] == "default"
     run(r, 3)
     assert len(r.collector.drain()) == 3 and r.shutdown(timeout_s=5)
 

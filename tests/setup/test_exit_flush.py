@@ -15,9 +15,7 @@ _RUN = textwrap.dedent(
     """
     import atexit, sys, threading
     import otel_rollout
-    from otel_rollout._base import standby
     if sys.argv[2] == "refuse":  # as 3.12.0/3.12.1 do, whatever this interpreter is
-        standby.REFUSES_THREADS_AT_EXIT = True
         def refuse(self):
             raise RuntimeError("can't create new thread at interpreter shutdown")
         # registered after configure(): runs before its exit hook (last in, first out)

@@ -15,10 +15,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_rollout import BreakdownCollector, BreakdownProcessor, RolloutTracer
+from otel_rollout import BreakdownCollector, RolloutTracer
 from otel_rollout import attributes as A
-from otel_rollout._export.guarded import guarded_batch_processor
+from otel_rollout._export.guarded import guarded_span_processor
 from otel_rollout._setup.rollout import RunningSummary
+from otel_rollout.sdk import BreakdownProcessor
 from otel_rollout.testing.receiver import OTLPReceiver
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -51,7 +52,7 @@ def in_child(fn, after_fork=None) -> dict:
 
 def pipeline(rx: OTLPReceiver, queue: int):
     exporter = OTLPSpanExporter(endpoint=rx.http_endpoint + "/v1/traces", timeout=10)
-    export = guarded_batch_processor(
+    export = guarded_span_processor(
         exporter, max_queue_size=queue, max_export_batch_size=queue, schedule_delay_millis=1
     )
     collector = BreakdownCollector()
@@ -131,7 +132,7 @@ def test_a_child_has_none_of_the_parents_tail_keep_buffer():
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from otel_rollout import RecordingRatioSampler, TailKeepProcessor
+    from otel_rollout.sdk import RecordingRatioSampler, TailKeepProcessor
 
     exporter = InMemorySpanExporter()
     keep = TailKeepProcessor(SimpleSpanProcessor(exporter))

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
+
+import pytest
 
 from otel_rollout import configure
 from otel_rollout._settings.table import BY_NAME, SETTINGS, Settings, resolve
@@ -39,3 +42,26 @@ def test_with_nothing_given_every_setting_is_its_table_default():
         if not callable(s.default):  # a drawn run id, one derived from another setting
             value = getattr(settings, s.name)
             assert value == s.default or str(value) == str(s.default), s.name
+
+
+def test_a_misspelled_variable_warns_once_naming_the_nearest_setting(monkeypatch):
+    from otel_rollout._settings import spelling
+
+    monkeypatch.setattr(spelling, "_warned", set())
+    monkeypatch.setenv("OTEL_ROLLOUT_SAMPLE_RATE", "0.1")
+    with pytest.warns(UserWarning, match="OTEL_ROLLOUT_SAMPLE_RATE .*OTEL_ROLLOUT_SAMPLE_RATIO"):
+        resolve()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve()  # once per process
+
+
+def test_a_variable_far_from_every_setting_is_someone_elses_and_left_alone(monkeypatch):
+    from otel_rollout._settings import spelling
+
+    monkeypatch.setattr(spelling, "_warned", set())
+    monkeypatch.setenv("OTEL_ROLLOUT_CI_CACHE", "/tmp")
+    monkeypatch.setenv("OTEL_ROLLOUT_JAEGER_URL", "http://x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve()

@@ -6,7 +6,8 @@ speaking Tempo's documented API (tests/_support/_tempo_api.py).
 One demo run (module-scoped) feeds every test: trajectories whole in Jaeger, `report`
 from Jaeger and from the Tempo API equal to the online breakdowns, the histograms and
 spanmetrics in Prometheus 3, an exemplar naming a trace Jaeger returns, and every
-dashboard expression returning data.
+dashboard expression returning data, and the Collector accepting the in-flight records
+(OTLP logs).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _backends import ROOT, Stack, get_json, need, prom_query, wait_until
+from _backends import ROOT, Stack, collector_metric, get_json, need, prom_query, wait_until
 from _tempo_api import TempoAPI
 
 pytest.importorskip("skyrl_gym")
@@ -93,6 +94,9 @@ def run(tmp_path_factory: pytest.TempPathFactory):
             OTEL_SERVICE_NAME=SERVICE,
             # Pushes while the run goes, so rate() over the dashboard's windows has points.
             OTEL_METRIC_EXPORT_INTERVAL="1000",
+            # In-flight records often, so some go out while the demo runs.
+            OTEL_ROLLOUT_IN_FLIGHT_INTERVAL_S="0.05",
+            OTEL_BLRP_SCHEDULE_DELAY="50",
         )
         out = work / "demo"
         out.mkdir()
@@ -117,6 +121,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
         r.online = doc["breakdowns"]
         r.emitted = _emitted(Path(doc["trace_file"]))
         assert len(r.online) == N and doc["errors"] == 0
+        assert "not accepted by" not in res.stderr  # the Collector took the log records
         assert set(r.emitted) >= {b["trace_id"] for b in r.online}
         yield r
     finally:
@@ -147,6 +152,13 @@ def _wait_whole(run: Run) -> None:
             lambda t=trace_id, s=span_ids: run.jaeger_span_ids(t) == s,
             timeout_s=60,
         )
+
+
+def test_the_collector_accepts_the_in_flight_records(run: Run) -> None:
+    accepted = collector_metric(run.otelcol, "otelcol_receiver_accepted_log_records")
+    refused = collector_metric(run.otelcol, "otelcol_receiver_refused_log_records")
+    print(f"in-flight records accepted by the Collector: {accepted:g}")
+    assert accepted > 0 and refused == 0
 
 
 def test_report_from_jaeger_equals_the_online_breakdowns(run: Run) -> None:
@@ -321,4 +333,6 @@ def test_jaeger_shows_each_trajectory_linked_to_its_batch_span(run: Run) -> None
     tags = {t["key"]: t["value"] for t in span["tags"]}
     assert span["operationName"] == "batch"  # ...the batch span, with the batch's figures
     assert tags["rollout.batch.id"] in batch_id and tags["rollout.batch.trajectories"] == N
-    assert tags["rollout.batch.tail_time"] > 0
+    assert tags["rollout.batch.capacity"] >= 1 and tags["rollout.batch.drain_time"] >= 0
+    parts = [v for k, v in tags.items() if k.startswith("rollout.batch.slot.")]
+    assert len(parts) == 6 and abs(sum(parts) - 1) < 1e-9  # the slot account

@@ -10,6 +10,7 @@ emitted.
 - agent.yaml + two gateway.yaml: the loadbalancing exporter (static resolver) puts every
   trace whole in exactly one gateway; with one gateway killed the run goes on, and the
   spans lost are exactly those the agent's own metrics report as failed.
+- Both take the in-flight record (OTLP logs): each config has a logs pipeline.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def test_tail_sampling_keeps_failed_trajectories_whole_and_the_configured_share(
             failed = {b["trace_id"] for b in bds if b["status"] == "error"}
             ok = {b["trace_id"] for b in bds} - failed
             assert len(failed) == 15 and len(ok) == 45
+            wait_until("the in-flight record accepted (a logs pipeline)",
+                       lambda: _accepted(col, "log_records") >= 1, timeout_s=30)  # fmt: skip
             expected = failed | {t for t in ok if probabilistic_keeps(t, percent)}
             # Decided decision_wait after each trace's first span; then exported.
             wait_until(
@@ -242,6 +245,8 @@ def test_two_tiers_route_whole_traces_and_a_dead_gateway_loses_what_the_agent_re
                     assert sorted(span_ids) == sorted(emitted[t]), f"trace {t} split or partial"
             assert got_a and got_b, "one gateway got every trace"
             print(f"two tiers: {len(got_a)} traces at gateway a, {len(got_b)} at gateway b")
+            wait_until("the in-flight record through the agent to gateway a",
+                       lambda: _accepted(gw_a, "log_records") >= 1, timeout_s=30)  # fmt: skip
 
             # 2. Gateway b dies holding nothing (its traces were exported above); the run goes on.
             accepted_before = _accepted(agent), _accepted(gw_a)
@@ -290,8 +295,8 @@ def test_two_tiers_route_whole_traces_and_a_dead_gateway_loses_what_the_agent_re
         stack.stop()
 
 
-def _accepted(col: Server) -> float:
-    return collector_metric(col, "otelcol_receiver_accepted_spans")
+def _accepted(col: Server, what: str = "spans") -> float:
+    return collector_metric(col, f"otelcol_receiver_accepted_{what}")
 
 
 def _dropped_items(col: Server) -> int:

@@ -1,8 +1,12 @@
-"""A burst of failures (an inference server crash) reaches the exporter whole: kept traces
-that do not fit the export queue wait whole and enter it as it drains (real OTLP exporter
-and receiver)."""
+"""A burst of failures (an inference server crash) below 100% sampling: each kept trace
+reaches the exporter whole, or is dropped whole and counted (``kept_overflow``), never
+in part; the agent loop never waits for room (real OTLP exporter and receiver, which
+stalls while the burst is released and then recovers)."""
 
 from __future__ import annotations
+
+import io
+from collections import defaultdict
 
 import pytest
 from _bursts import fail_together
@@ -18,24 +22,49 @@ SPANS_PER_TRAJECTORY = 3
 @pytest.fixture
 def env(monkeypatch):
     clean_otel_env(monkeypatch)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")
+    # a stalled request waits for the receiver instead of timing out
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "120000")
+    return monkeypatch
 
 
-def test_a_thousand_trajectories_failing_at_once_are_all_exported_whole(env):
+def by_trajectory(rx: OTLPReceiver) -> dict[str, list]:
+    traces = defaultdict(list)
+    for s in rx.spans():
+        traces[s.trace_id].append(s)
+    out = {}
+    for spans in traces.values():
+        roots = [s for s in spans if s.name == "trajectory"]
+        key = roots[0].attributes["rollout.trajectory.id"] if roots else f"no root {spans}"
+        out[key] = spans
+    return out
+
+
+@pytest.mark.parametrize("queue", [None, "8192"], ids=["default queue", "queue holds it"])
+def test_a_failure_burst_arrives_whole_or_is_counted_whole(env, queue):
+    if queue:
+        env.setenv("OTEL_BSP_MAX_QUEUE_SIZE", queue)
     with OTLPReceiver() as rx:
+        summary = io.StringIO()
         rollout = configure(local=True, endpoint=rx.http_endpoint, protocol="http/protobuf",
-                            metrics_exporter="none", sample_ratio=0.0)  # fmt: skip
-        rx.hold()  # the endpoint is slow to answer while the burst is released
+                            metrics_exporter="none", sample_ratio=0.0,
+                            summary_stream=summary)  # fmt: skip
+        rx.hold()  # the endpoint stalls: the first batch sent is not answered
         fail_together(rollout, N)
-        stats = rollout.export_stats
-        assert stats.dropped == 0  # nothing lost to a full queue
+        assert rx.wait_for(lambda r: r.requests >= 1, timeout=60)
         rx.release()
         assert rollout.shutdown(timeout_s=60)
         stats = rollout.export_stats
-        assert (stats.exported, stats.dropped, stats.pending) == (N * SPANS_PER_TRAJECTORY, 0, 0)
-        roots = [s for s in rx.spans() if s.name == "trajectory"]
-        assert sorted(s.attributes["rollout.trajectory.id"] for s in roots) == sorted(
-            f"t{i}" for i in range(N)
+        lost = stats.dropped_kept_overflow
+        assert {why: n for why, n in stats.losses().items() if n} == (
+            {"kept_overflow": lost} if lost else {}
         )
+        assert lost % SPANS_PER_TRAJECTORY == 0 and (lost > 0) == (queue is None)
+        assert stats.exported + lost == N * SPANS_PER_TRAJECTORY
+        assert (stats.pending, stats.in_flight) == (0, 0)
+        got = by_trajectory(rx)
+        assert all(len(spans) == SPANS_PER_TRAJECTORY for spans in got.values())  # whole
+        assert len(got) + lost // SPANS_PER_TRAJECTORY == N
+        roots = [s for spans in got.values() for s in spans if s.name == "trajectory"]
         assert {s.attributes["rollout.trajectory.status"] for s in roots} == {"error"}
-        assert len(rx.spans()) == N * SPANS_PER_TRAJECTORY  # each one whole
+        if lost:
+            assert f"{lost} kept_overflow" in summary.getvalue()

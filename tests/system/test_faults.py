@@ -2,11 +2,13 @@
 
 Every case uses configure() with the real OTLP gRPC exporters and the real receiver; traces
 and metrics go to separate endpoints (the standard per-signal variables), so the loss
-counter can be read from a live receiver while the trace endpoint is down.
+counter can be read from a live receiver while the trace endpoint is down. What the trace
+endpoint fails goes to a local trace file (``otel_rollout._export.spill``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -14,6 +16,8 @@ import pytest
 from _otel_env import clean_otel_env
 
 from otel_rollout import configure
+from otel_rollout._export import spill
+from otel_rollout.report import read_sources
 from otel_rollout.testing.receiver import OTLPReceiver
 
 SPANS_PER_TRAJECTORY = 3
@@ -27,8 +31,10 @@ def metrics_rx():
 
 
 @pytest.fixture
-def fault_env(monkeypatch, metrics_rx):
+def fault_env(monkeypatch, metrics_rx, tmp_path):
     clean_otel_env(monkeypatch)
+    monkeypatch.setattr(spill, "RETRY_S", 0.2)  # a failed endpoint is tried again soon
+    monkeypatch.setenv("OTEL_ROLLOUT_OUTPUT_DIR", str(tmp_path))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics_rx.grpc_endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
@@ -62,6 +68,14 @@ def dropped_counter(rx: OTLPReceiver) -> dict[str, float]:
     return latest
 
 
+def spans_in(path) -> int:
+    n = 0
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            n += sum(len(ss["spans"]) for ss in rs["scopeSpans"])
+    return n
+
+
 def export_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "otel_rollout.export"]
 
@@ -70,7 +84,9 @@ def exporter_errors(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
 
 
-def test_endpoint_absent_loses_nothing_silently_and_logs_once(fault_env, metrics_rx, caplog):
+def test_endpoint_absent_keeps_every_span_in_a_local_file_and_logs_once(
+    fault_env, metrics_rx, caplog, tmp_path
+):
     caplog.set_level(logging.WARNING, logger="otel_rollout.export")
     dead = OTLPReceiver()  # never started: connections are refused
     rollout = fault_env(dead)
@@ -79,34 +95,31 @@ def test_endpoint_absent_loses_nothing_silently_and_logs_once(fault_env, metrics
     for k in range(20):  # no exception reaches the loop
         run(rollout, f"t{k}-", 100)
         drained += len(rollout.collector.drain())  # as a trainer does once per step
-    stats = rollout.export_stats
-    assert stats.exported == 0 and stats.pending <= QUEUE
+    assert rollout.export_stats.pending <= QUEUE
     # What the process holds meanwhile stays flat: tests/system/test_memory.py, mode otlp-down.
     assert drained == 2050  # every breakdown, endpoint or not
-    rollout.force_flush(timeout_s=3)
+    t0 = time.monotonic()
+    assert rollout.shutdown(timeout_s=2)
+    assert time.monotonic() - t0 < 4  # bounded by its timeout, not by the exporter's retries
     stats = rollout.export_stats
-    assert stats.dropped + stats.pending == 2050 * SPANS_PER_TRAJECTORY
-    assert stats.dropped_export_failed > 0  # a refused connection fails fast: no backlog
-    expected = {
-        "queue_full": stats.dropped_queue_full,
-        "export_failed": stats.dropped_export_failed,
-    }
-    assert dropped_counter(metrics_rx) == {k: v for k, v in expected.items() if v}
+    assert stats.exported + stats.dropped == 2050 * SPANS_PER_TRAJECTORY
+    assert stats.dropped_export_failed == 0  # each failed batch went to the file
+    (path,) = tmp_path.glob("traces-*.jsonl")
+    assert spans_in(path) == stats.exported  # the file holds what was counted exported
+    read = read_sources([str(path)], warn=lambda m: None)
+    assert len(read.trajectories) >= 2050 - stats.dropped_queue_full
     messages = export_warnings(caplog)
     # The outage is logged once, not once per span or batch. A queue-full warning can
     # only come first, if the queue filled while the first export was still trying.
     (failed,) = [m for m in messages if "failed" in m]
-    assert messages[-1] == failed and len(messages) <= 2, messages
-    assert dead.grpc_endpoint in failed
-    assert len(exporter_errors(caplog)) <= 2  # the exporter's own first report, not one a batch
+    assert dead.grpc_endpoint in failed and str(path) in failed
+    assert len(messages) <= 2, messages
+    assert len(exporter_errors(caplog)) <= 30  # the exporter's own, one per retry at most
     assert not [r for r in caplog.records if "Queue full" in r.getMessage()]
-    t0 = time.monotonic()
-    rollout.shutdown(timeout_s=2)
-    assert time.monotonic() - t0 < 4  # bounded by its timeout, not by the exporter's retries
 
 
-def test_receiver_killed_mid_run_and_restarted_resumes_and_counts_the_gap(
-    fault_env, metrics_rx, caplog
+def test_receiver_killed_mid_run_and_restarted_resumes_and_the_gap_is_in_the_file(
+    fault_env, metrics_rx, caplog, tmp_path
 ):
     caplog.set_level(logging.WARNING, logger="otel_rollout.export")
     rx = OTLPReceiver().start()
@@ -118,7 +131,8 @@ def test_receiver_killed_mid_run_and_restarted_resumes_and_counts_the_gap(
         rx.stop()
         run(rollout, "during", 200)
         rollout.force_flush(timeout_s=5)
-        assert rollout.export_stats.dropped > 0
+        (path,) = tmp_path.glob("traces-*.jsonl")
+        assert spans_in(path) > 0
         rx.start()
         # gRPC reconnects with backoff: keep the loop running until export resumes; the
         # deadline only bounds a failing test.
@@ -131,14 +145,16 @@ def test_receiver_killed_mid_run_and_restarted_resumes_and_counts_the_gap(
                 break
         total = (20 + 200 + sent) * SPANS_PER_TRAJECTORY
         stats = rollout.export_stats
-        assert len(rx.spans()) == stats.exported  # the receiver saw exactly what was counted
+        # the receiver and the file hold exactly what was counted
+        assert len(rx.spans()) + spans_in(path) == stats.exported
         assert stats.exported + stats.dropped + stats.pending == total
+        assert stats.dropped_export_failed == 0
         assert all(i.startswith("before") for i in received_roots(rx)[:20])
         assert len(rollout.collector.drain()) == 220 + sent
         messages = [m for m in export_warnings(caplog) if "queue" not in m]
         assert len(messages) == 2, messages  # one when it failed, one when it resumed
         assert "failed" in messages[0] and "resumed" in messages[1]
-        assert f"{stats.dropped} spans were lost" in messages[1]
+        assert f"spans were written to {path}" in messages[1]
     finally:
         rollout.shutdown(timeout_s=2)
         rx.stop()

@@ -1,7 +1,8 @@
 """Trajectories ending together in trace-file mode (the default, no endpoint) at 100%
-sampling: the queue has room for the burst, so the file holds every trajectory whole while
-the writer catches up; past that room, every lost span is counted by reason. Real
-components: ``configure()``, the trace file, ``otel-rollout report`` on it."""
+sampling: a queue sized for the burst (``OTEL_BSP_MAX_QUEUE_SIZE``) holds it, so the file
+has every trajectory whole once the writer catches up; past the queue, every lost span is
+counted by reason, in the stats and in the file. Real components: ``configure()``, the
+trace file, ``otel-rollout report`` on it."""
 
 from __future__ import annotations
 
@@ -81,10 +82,9 @@ def spans_in_files(rollout: otel_rollout.Rollout) -> int:
     n = 0
     for path in f.parent.glob(f"{f.stem}*{f.suffix}"):
         for line in path.read_text().splitlines():
-            for rs in json.loads(line)["resourceSpans"]:
-                # the in-flight records (docs/live.md) are not the run's spans
-                n += sum(1 for ss in rs["scopeSpans"] for s in ss["spans"]
-                         if s["name"] != "rollout.in_flight")  # fmt: skip
+            # the in-flight records (docs/live.md) are log lines, not the run's spans
+            for rs in json.loads(line).get("resourceSpans", ()):
+                n += sum(len(ss["spans"]) for ss in rs["scopeSpans"])
     return n
 
 
@@ -93,9 +93,10 @@ def configure(tmp_path) -> otel_rollout.Rollout:
                                   sample_ratio=1.0, summary_stream=io.StringIO())  # fmt: skip
 
 
-def test_a_burst_of_trajectories_ending_together_reaches_the_trace_file_whole(
-    env, slow_disk, tmp_path
+def test_a_burst_the_queue_holds_reaches_the_trace_file_whole(
+    env, slow_disk, tmp_path, monkeypatch
 ):
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", str(SPANS + 1000))
     rollout = configure(tmp_path)
     burst(rollout)
     breakdowns = len(rollout.collector.drain())
@@ -111,14 +112,11 @@ def test_a_burst_of_trajectories_ending_together_reaches_the_trace_file_whole(
     assert read["losses"] == {}
 
 
-def test_past_the_burst_room_every_lost_span_is_counted_by_reason(
-    env, slow_disk, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS", "1000")  # room for 3,048 spans
-    rollout = configure(tmp_path)
+def test_past_the_queue_every_lost_span_is_counted_by_reason(env, slow_disk, tmp_path):
+    rollout = configure(tmp_path)  # the 2,048-span queue
     burst(rollout)
     lost = rollout.export_stats.dropped_queue_full
-    assert lost >= SPANS - 3048 - 512  # at most one batch had left the queue for the writer
+    assert lost >= SPANS - 2048 - 512  # at most one batch had left the queue for the writer
     slow_disk.set()
     assert rollout.shutdown(timeout_s=60)
     stats = rollout.export_stats

@@ -24,7 +24,8 @@ SPANS = 3  # per trajectory: root, generate, env step
 
 def test_heap_per_thousand_trajectories_is_flat_in_every_exporter_mode():
     with OTLPReceiver() as rx:
-        # otlp-down: a collector that is not there; the queue bounds what waits.
+        # otlp-down: a collector that is not there; what it fails goes to a local file,
+        # and the queue bounds what waits.
         endpoints = {"file": None, "none": None, "otlp": rx.grpc_endpoint, "otlp-down": None}
         procs = {
             mode: memory.start_mode(mode, MEASURED, WARMUP, WINDOW, endpoint)
@@ -46,4 +47,5 @@ def test_heap_per_thousand_trajectories_is_flat_in_every_exporter_mode():
         assert results[mode]["exported"] + results[mode]["dropped"] == total * SPANS, mode
     assert received == results["otlp"]["exported"] > 0  # really sent, to a real receiver
     down = results["otlp-down"]
-    assert down["exported"] == 0 and down["dropped"] == total * SPANS, down  # each counted
+    # what the endpoint failed went to the local trace file; the rest is counted
+    assert down["exported"] > 0 and down["exported"] + down["dropped"] == total * SPANS, down

@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent(
 
     asyncio.run(main())
     bds = rollout.collector.drain()
-    out = {"env": [b.env for b in bds], "llm": [b.llm for b in bds],
+    out = {"env": [b.band("env") for b in bds], "llm": [b.band("llm") for b in bds],
            "summary": otel_rollout.summarize(bds)}
     with open("breakdowns.json.tmp", "w") as f:
         json.dump(out, f)

@@ -22,6 +22,7 @@ from otel_rollout import attributes as A
 from otel_rollout import summarize
 from otel_rollout._settings.table import SETTINGS, resolve
 from otel_rollout._setup import rollout as _rollout
+from otel_rollout.instrumentation import ray_attributes
 from otel_rollout.integrations import ray as otel_ray
 from otel_rollout.testing import make_test_env
 from otel_rollout.testing.receiver import OTLPReceiver, _attrs
@@ -78,7 +79,7 @@ def probe() -> dict:
         "configured": handle is not None and handle.is_global,
         "user_var": os.environ.get("USER_VAR"),
         "user_hook": os.environ.get("USER_HOOK_RAN"),
-        "resource": otel_ray.resource_attributes(),
+        "resource": ray_attributes(),
         "provider_resource": dict(handle.tracer_provider.resource.attributes) if handle else {},
     }
 
@@ -102,7 +103,7 @@ class Roller:
             yield tid
 
     def where(self) -> dict:
-        return otel_ray.resource_attributes()
+        return ray_attributes()
 
 
 @ray.remote(num_cpus=0)
@@ -189,13 +190,14 @@ def _latest_histogram_counts(rx: OTLPReceiver, name: str) -> dict[tuple, int]:
 def test_resource_attributes_outside_ray():
     code = (
         "import sys\n"
-        "from otel_rollout.integrations.ray import resource_attributes\n"
-        "print(resource_attributes(), 'ray' in sys.modules)\n"
+        "import otel_rollout.integrations.ray\n"
+        "from otel_rollout.instrumentation import ray_attributes\n"
+        "print(ray_attributes(), 'ray' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["{}", "False"]  # lazy: importing the integration skips Ray
     if not ray.is_initialized():
-        assert otel_ray.resource_attributes() == {}  # imported, not initialised
+        assert ray_attributes() == {}  # imported, not initialised
 
 
 def test_breakdown_pickles():
@@ -246,7 +248,7 @@ def test_runtime_env_carries_the_drivers_resolved_settings(monkeypatch, tmp_path
         monkeypatch.setattr(_rollout, "_global", handle)
         v = otel_ray.runtime_env()["env_vars"]
         assert v["OTEL_ROLLOUT_SERVICE_NAME"] == "drv"
-        assert v["OTEL_ROLLOUT_RUN_ID"] == handle.settings["run_id"]
+        assert v["OTEL_ROLLOUT_RUN_ID"] == handle.settings.run_id
         assert v["OTEL_ROLLOUT_TRACES_EXPORTER"] == "file"
         assert v["OTEL_ROLLOUT_SAMPLE_RATIO"] == "0.25"
         assert v["OTEL_ROLLOUT_OUTPUT_DIR"] == str(tmp_path.resolve())
@@ -290,7 +292,7 @@ def test_a_worker_resolves_every_setting_the_driver_resolved(monkeypatch, tmp_pa
     driver = handle.settings
     for s in SETTINGS:
         if s.forward and s.name not in ("resource_attributes",):
-            assert worker[s.name] == driver[s.name], s.name
+            assert getattr(worker, s.name) == getattr(driver, s.name), s.name
     assert worker.resource_attributes == {"team": "rl infra"}
     assert worker.endpoint_for("traces") == "http://collector:4318/v1/traces"
 

@@ -1,15 +1,17 @@
-"""Sustained load through the default pipeline loses nothing: the trace file keeps up.
+"""Sustained load through the default pipeline: every span is accounted for and the
+queue stays bounded.
 
-More spans than the export queue and its burst room hold together (120,000 against
-102,048) go through ``configure()``'s default mode as fast as the loop can make them; if
-the writer fell behind on average, the queue would fill and spans would be dropped. None
-is, every one reaches the file, and ``report`` reads every trajectory back. With no
-burst room at all the writer still keeps up (the official encoder did not: it dropped
-about 8% of 60,000 spans there). Rates and stalls are measured by
-``benchmarks/sustained.py``; no timing is asserted here.
+More spans than the export queue holds (120,000 against 2,048) go through
+``configure()``'s default mode as fast as the loop can make them. Whether the writer keeps
+up depends on the machine (a writer kept off the CPU for the ~25 ms that fills the queue
+loses spans, counted); that speed is measured by ``benchmarks/sustained.py``, not here.
+What holds on any machine: each span is exported or counted lost, the file holds exactly
+the exported ones, the loss is stated in the file, and ``report`` reads it back.
 """
 
 from __future__ import annotations
+
+import json
 
 from otel_rollout import configure
 from otel_rollout.report import read_sources
@@ -31,31 +33,29 @@ def _run(rollout, n):
     return highest
 
 
-def test_the_writer_keeps_up_with_a_tight_loop_without_burst_room(tmp_path, monkeypatch):
-    # only the 2,048-span queue: a writer slower than the loop, even by a little, fills it
-    # (the thread that writes gets the interpreter in turn with the loop's, whatever the
-    # machine's load, so this compares their speeds, not a clock)
-    monkeypatch.setenv("OTEL_ROLLOUT_TRACE_FILE_BURST_SPANS", "0")
+def test_a_long_tight_loop_accounts_for_every_span_and_the_queue_stays_bounded(tmp_path):
     rollout = configure(local=True, output_dir=tmp_path, metrics_exporter="none",
                         service_name="sustained")  # fmt: skip
-    _run(rollout, 20_000)
-    assert rollout.shutdown(120)
-    stats = rollout.export_stats
-    assert stats.dropped == 0, stats
-    assert stats.exported == 3 * 20_000
-
-
-def test_a_long_tight_loop_loses_no_span_and_the_queue_stays_bounded(tmp_path):
-    rollout = configure(local=True, output_dir=tmp_path, metrics_exporter="none",
-                        service_name="sustained")  # fmt: skip
-    s = rollout.settings
-    room = s.bsp_max_queue_size + s.trace_file_burst_spans
+    room = rollout.settings.bsp_max_queue_size
     assert room < 3 * N  # more than the queue could hide
     highest = _run(rollout, N)
     assert rollout.shutdown(120)
     stats = rollout.export_stats
-    assert stats.dropped == 0, stats
-    assert stats.exported == 3 * N and stats.pending == 0
-    assert highest < room
-    res = read_sources([str(p) for p in sorted(tmp_path.rglob("*.jsonl"))])
-    assert res.found == N and res.all_losses() == {}
+    assert stats.exported + stats.dropped == 3 * N and stats.pending == 0
+    assert stats.dropped == stats.dropped_queue_full  # a slow writer is the only loss
+    assert highest <= room  # bounded: full at most, never past it
+    files = sorted(str(p) for p in tmp_path.rglob("*.jsonl"))
+    roots = spans = 0
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                for rs in json.loads(line).get("resourceSpans", ()):
+                    for ss in rs["scopeSpans"]:
+                        spans += len(ss["spans"])
+                        roots += sum(not sp.get("parentSpanId") for sp in ss["spans"])
+    assert spans == stats.exported
+    res = read_sources(files)
+    assert res.found == roots
+    assert res.export_losses == ({"queue_full": stats.dropped} if stats.dropped else {})
+    if not stats.dropped:
+        assert roots == N and res.all_losses() == {}

@@ -33,7 +33,7 @@ vllm = pytest.importorskip(
 )
 
 from otel_rollout import attributes as A  # noqa: E402
-from otel_rollout._accounting.engine_union import (  # noqa: E402
+from otel_rollout._accounting.waits import (  # noqa: E402
     stages_from_timestamps,
     union_split,
 )
@@ -256,7 +256,7 @@ def server(tiny_model, tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model,
          "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "1024",
+         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
          "--otlp-traces-endpoint", receiver.grpc_endpoint],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
@@ -372,7 +372,7 @@ async def test_server_calls_nest_under_generate_spans(server, rollout_env, tmp_p
     (bd,) = read_trace_file(f).breakdowns
     single = [kids[format(g.context.span_id, "016x")][0] for g in gens[:3]]
     two = kids[format(gens[3].context.span_id, "016x")]
-    from otel_rollout._accounting.engine_union import stages_before_end
+    from otel_rollout._accounting.waits import stages_before_end
 
     q2, p2, d2 = union_split(
         stages_before_end(r.end_ns, *(round(r.attributes[k] * 1e9) for k in SPLIT_KEYS))

@@ -1,8 +1,5 @@
-"""``runtime_env()``: the setup hook and every telemetry setting, forwarded to workers.
-
-The variables come from the settings table (:mod:`otel_rollout._settings.table`), so a setting
-added there reaches Ray workers with nothing to change here.
-"""
+"""``runtime_env()``: the setup hook and every setting of the settings table, forwarded to
+workers."""
 
 from __future__ import annotations
 
@@ -41,17 +38,11 @@ def _driver_vars() -> dict[str, str]:
 
 
 def runtime_env(base: Mapping[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
-    """A runtime_env with :func:`setup_worker` as hook and the telemetry settings as env vars.
-
-    ``env_vars`` carry, lowest precedence first: the driver's ``OTEL_*`` variables (which
-    include ``OTEL_ROLLOUT_*``), every setting the driver's global ``configure()``
-    resolved, the ``env_vars`` of ``base``, then ``settings`` (any name of the settings
-    table, :data:`SETTING_VARS`: ``endpoint=``, ``tail_keep_percentile=``, ``bands=``...;
-    a value it does not accept is a ``ConfigError``). Every other key of ``base`` is kept.
-    A setup hook already in ``base`` still runs, after this one: a string through
-    ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` (so the result stays JSON, as the Job Submission API
-    needs), a callable chained in a function. ``base`` itself is not modified.
-    """
+    """``base`` (not modified) with :func:`setup_worker` as hook and, as ``env_vars``,
+    lowest first: the driver's ``OTEL_*`` variables, the settings its ``configure()``
+    resolved, ``base``'s ``env_vars``, then ``settings`` (names of :data:`SETTING_VARS`).
+    A hook already in ``base`` runs after ours: a string through
+    ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` (the result stays JSON), a callable chained."""
     unknown = sorted(set(settings) - set(SETTING_VARS))
     if unknown:
         raise TypeError(

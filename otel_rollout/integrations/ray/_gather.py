@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from otel_rollout import Breakdown, BreakdownCollector
-from otel_rollout.instrumentation import DEFAULT_MAXLEN
-from otel_rollout.integrations import require
+from otel_rollout.instrumentation import DEFAULT_MAXLEN, require
 from otel_rollout.integrations.ray._worker import drain, rollout
 
 #: The name of the actor :func:`gatherer` creates and :func:`push` finds.
@@ -48,11 +47,8 @@ _handles_lock = threading.Lock()
 
 
 def gatherer(name: str = GATHERER_NAME, *, namespace: str | None = None, **options: Any) -> Any:
-    """The named :class:`BreakdownGatherer` actor, created if it does not exist yet.
-
-    Create it in the driver and keep the handle: the actor lives as long as the job (or
-    pass ``lifetime="detached"`` in ``options``). It takes no CPU (``num_cpus=0``).
-    """
+    """The named :class:`BreakdownGatherer` actor (``num_cpus=0``), created if it does not
+    exist yet: in the driver, keeping the handle (or pass ``lifetime="detached"``)."""
     global _actor_class
     ray = _ray()
     if _actor_class is None:
@@ -85,9 +81,8 @@ def push(
     name: str = GATHERER_NAME,
     namespace: str | None = None,
 ) -> Any:
-    """Send ``breakdowns`` (default: :func:`drain`) to the gatherer; returns the ObjectRef
-    of the push (``ray.get`` or ``await`` it before reporting the work done), or None when
-    there was nothing to send."""
+    """Send ``breakdowns`` (default: :func:`drain`) to the gatherer: the push's ObjectRef
+    (wait for it before reporting the work done), None when there was nothing to send."""
     items = drain() if breakdowns is None else list(breakdowns)
     if not items:
         return None
@@ -111,14 +106,9 @@ def drain_gathered(
 
 def push_failed(items: list[Breakdown], name: str, err: Exception) -> None:
     """Keep breakdowns a push could not deliver, for a later push or :func:`drain`."""
-    _log.warning(
-        "otel-rollout: could not push %d breakdowns to the gatherer %r (%s: %s); "
-        "they stay in this process for drain()",
-        len(items),
-        name,
-        type(err).__name__,
-        err,
-    )
+    _log.warning("otel-rollout: could not push %d breakdowns to the gatherer %r (%s: %s); "
+                 "they stay in this process for drain()", len(items), name,
+                 type(err).__name__, err)  # fmt: skip
     handle = rollout()
     if handle is not None:
         handle.collector.extend(items)

@@ -1,7 +1,5 @@
-"""Trace context across Ray calls: a W3C carrier made by the caller, attached by the callee.
-
-Spans and providers are never pickled; only the carrier's headers travel with the work.
-"""
+"""Trace context across Ray calls: a W3C carrier made by the caller, attached by the
+callee; spans and providers are never pickled."""
 
 from __future__ import annotations
 
@@ -25,17 +23,14 @@ CARRIER_KWARG = "otel_carrier"
 
 
 def suppressed(context: otel_context.Context | None = None) -> bool:
-    """Whether OpenTelemetry instrumentation is suppressed in ``context`` (the current one
-    by default), as ``opentelemetry.instrumentation.utils.suppress_instrumentation`` does."""
+    """Whether OpenTelemetry instrumentation is suppressed in ``context`` (default: now)."""
     key = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
     return bool(key is not None and otel_context.get_value(key, context))
 
 
 def carrier(context: otel_context.Context | None = None) -> dict[str, str]:
-    """The current (or given) trace context as W3C headers, to send with a work item,
-    and the current batch (so trajectories in the worker start roots linked to it).
-
-    Empty while instrumentation is suppressed: the work then runs untraced."""
+    """The current (or given) trace context as W3C headers, and the current batch, to
+    send with a work item; empty while instrumentation is suppressed."""
     out: dict[str, str] = {}
     if not suppressed(context):
         propagate.inject(out, context=context)
@@ -53,9 +48,8 @@ def extract(headers: Mapping[str, str] | None) -> otel_context.Context | None:
 def step_context(
     ctx: otel_context.Context | None, headers: Mapping[str, str] | None = None
 ) -> contextvars.Context:
-    """A contextvars context with ``ctx`` attached, in which a call's body runs (each step
-    of a generator too, so context it sets between yields, an open trajectory, survives).
-    The batch the carrier ``headers`` bring, if any, is current in it too."""
+    """A contextvars context with ``ctx`` and the batch of the carrier ``headers`` current,
+    in which a call's body (each step of a generator) runs."""
     step = contextvars.copy_context()
     if ctx is not None:
         step.run(otel_context.attach, ctx)
@@ -66,10 +60,8 @@ def step_context(
 
 
 class attached:
-    """Make the context of a :func:`carrier` current, with ``with`` or ``async with``.
-
-    An empty or ``None`` carrier changes nothing. Yields the attached context.
-    """
+    """Make the context of a :func:`carrier` current (``with`` or ``async with``; an empty
+    carrier changes nothing), yielding it."""
 
     __slots__ = ("_batch", "_batch_token", "_ctx", "_token")
 

@@ -26,22 +26,18 @@ class _After:
         self.flush, self.gather = flush, gather
 
     def run(self) -> None:
-        if self.gather:
-            items = drain()
+        if self.gather and (items := drain()):
             try:
-                if items:
-                    _ray().get(push(breakdowns=items, name=self.gather))
+                _ray().get(push(breakdowns=items, name=self.gather))
             except Exception as err:
                 push_failed(items, self.gather, err)
         if self.flush:
             flush_now()
 
     async def run_async(self) -> None:
-        if self.gather:
-            items = drain()
+        if self.gather and (items := drain()):
             try:
-                if items:
-                    await push(breakdowns=items, name=self.gather)
+                await push(breakdowns=items, name=self.gather)
             except Exception as err:
                 push_failed(items, self.gather, err)
         if self.flush:
@@ -71,19 +67,11 @@ def traced(
     gather: bool | str = False,
     kwarg: str = CARRIER_KWARG,
 ) -> Any:
-    """Decorate a remote function or actor method so callers can pass a :func:`carrier`.
-
-    Put it under ``@ray.remote`` (or on the method of an actor class) and call
-    ``f.remote(x, otel_carrier=otel_ray.carrier())``: the call runs with that context
-    current, so a trajectory it opens is a child of the caller's span. Sync and async
-    functions and (async) generators keep their kind, so Ray still sees an async actor or
-    a streaming generator. Without a carrier the call runs as it would undecorated.
-
-    ``flush`` (default True) exports this process's spans and metrics when the call ends
-    (a few ms; pass False for small, frequent calls). ``gather`` (True, or a gatherer
-    name) pushes this process's breakdowns to the :func:`gatherer` actor and waits for it
-    before returning, so the driver's :func:`drain_gathered` after ``ray.get`` sees them.
-    """
+    """Decorate a remote function or actor method (sync, async, a generator: its kind
+    kept) so that ``f.remote(x, otel_carrier=otel_ray.carrier())`` runs with the caller's
+    context current; without a carrier it runs as undecorated. ``flush`` exports this
+    process's telemetry when the call ends; ``gather`` (True, or a gatherer name) pushes
+    its breakdowns to the :func:`gatherer` and waits for it (docs/ray.md)."""
     if fn is None:
         return functools.partial(traced, flush=flush, gather=gather, kwarg=kwarg)
     sig = _signature_with(fn, kwarg)
@@ -151,10 +139,10 @@ def traced(
             finally:
                 after.run()
 
-    functools.update_wrapper(wrapper, fn)
+    out = functools.update_wrapper(wrapper, fn)
     # Ray unwraps actor methods (inspect.unwrap) to read their signature: without
     # ``__wrapped__`` it reads ``__signature__``, which accepts the carrier keyword.
-    del wrapper.__wrapped__
+    del out.__wrapped__
     if sig is not None:
-        wrapper.__signature__ = sig  # type: ignore[attr-defined]
-    return wrapper
+        out.__signature__ = sig  # type: ignore[attr-defined]  # read by inspect, not declared
+    return out

@@ -23,15 +23,9 @@ _rollout: Rollout | None = None  # the worker's handle, set by setup_worker()
 
 
 def setup_worker() -> None:
-    """The ``worker_process_setup_hook``: configure otel-rollout once in this process.
-
-    Calls :func:`otel_rollout.configure` (global providers, so ``otel_rollout.trajectory``
-    works in tasks) with the Ray ids as resource attributes and ``service.instance.id``
-    set to the worker id, keeps the handle for :func:`rollout`, :func:`flush` and
-    :func:`drain`; ``configure`` flushes and shuts the providers down at exit, within
-    5 s. A failure to configure is logged and the worker runs without telemetry. Then
-    runs ``OTEL_ROLLOUT_RAY_NEXT_HOOK`` if set.
-    """
+    """The ``worker_process_setup_hook``: :func:`otel_rollout.configure` once in this
+    process, with the Ray ids as resource attributes (``service.instance.id`` the worker
+    id), or a warning and no telemetry if that fails; then ``OTEL_ROLLOUT_RAY_NEXT_HOOK``."""
     global _rollout
     with _setup_lock:
         if _rollout is None:
@@ -48,12 +42,8 @@ def setup_worker() -> None:
                     handle = configure(resource_attributes=attrs)
                 _rollout = handle
             except Exception as err:
-                _log.warning(
-                    "otel-rollout could not configure this Ray worker (%s: %s); "
-                    "it runs without telemetry",
-                    type(err).__name__,
-                    err,
-                )
+                _log.warning("otel-rollout could not configure this Ray worker (%s: %s); it "
+                             "runs without telemetry", type(err).__name__, err)  # fmt: skip
     next_hook = os.environ.get(NEXT_HOOK_ENV, "").strip()
     if next_hook and next_hook != SETUP_HOOK:
         module, _, name = next_hook.rpartition(".")
@@ -66,12 +56,8 @@ def rollout() -> Rollout | None:
 
 
 def flush(timeout_s: float = 5.0) -> bool:
-    """Export this process's pending spans and current metrics now.
-
-    Call it at the end of work in a worker Ray may kill: idle workers exit gracefully (the
-    exit handler flushes), but ``ray.kill`` and ``ray.shutdown`` end workers without it.
-    Returns False if the exporters did not finish in time; True when nothing is configured.
-    """
+    """Export this process's pending spans and current metrics now (before Ray may kill
+    the worker); False if the exporters did not finish in time."""
     handle = rollout()
     if handle is None:
         return True
@@ -83,11 +69,8 @@ def flush(timeout_s: float = 5.0) -> bool:
 
 
 def drain() -> list[Breakdown]:
-    """This process's breakdowns since the last drain: return them with the results.
-
-    Each breakdown is drained once, so with concurrent calls in one actor a call may carry
-    breakdowns of another; over all results every trajectory appears exactly once.
-    """
+    """This process's breakdowns since the last drain (each once), to return with the
+    results."""
     handle = rollout()
     if handle is None:
         return []

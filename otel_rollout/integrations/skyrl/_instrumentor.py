@@ -1,29 +1,35 @@
-"""``SkyRLInstrumentor``: wraps ``SkyRLGymGenerator.agent_loop`` (a trajectory per call),
-its ``_run_in_executor_if_available`` (env calls timed on the loop), the generator
-module's ``skyrl_gym`` (``make`` traced) and ``RemoteGenerateClient._post`` (the
-traceparent on generate requests); ``uninstrument()`` restores each."""
+"""``SkyRLInstrumentor``: what is patched in SkyRL, and undoing it."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_rollout.instrumentation import (
+    Patches,
     attach_batch,
     detach_batch,
-    require,
     rollout_tracer,
     step_span_batch,
+    warn_once,
 )
-from otel_rollout.integrations.skyrl._calls import model_of, trajectory_kwargs
-from otel_rollout.integrations.skyrl._client import post_wrapper, wrap_client
-from otel_rollout.integrations.skyrl._env import GymProxy, traced_run
-from otel_rollout.integrations.skyrl._patches import Patches
-from otel_rollout.integrations.skyrl._state import STATE, State
+from otel_rollout.integrations.skyrl._client import (
+    model_of,
+    post_wrapper,
+    trajectory_kwargs,
+    wrap_client,
+)
+from otel_rollout.integrations.skyrl._env import STATE, GymProxy, State, traced_run
+from otel_rollout.integrations.skyrl._steps import patch_steps
+
+#: The distribution instrumented and the versions supported (contrib's dependency check).
+_instruments = ("skyrl >= 0.4",)
 
 GENERATOR_MODULE = "skyrl.train.generators.skyrl_gym_generator"
 GENERATOR_CLASS = "SkyRLGymGenerator"
@@ -32,21 +38,50 @@ REMOTE_CLIENT_MODULE = "skyrl.backends.skyrl_train.inference_servers.remote_infe
 GENERATE_CLIENT_CLASS = "RemoteGenerateClient"
 
 
+def _install_line() -> str:
+    """What to install: ``skyrl`` itself (the extra adds only what the integration needs),
+    and the Python it needs."""
+    v = sys.version_info
+    here = "" if v >= (3, 12) else f"; this is Python {v.major}.{v.minor}"
+    return f"pip install skyrl 'otel-rollout[skyrl]' (skyrl needs Python 3.12 or later{here})"
+
+
+def _skyrl_missing() -> bool:
+    try:
+        return importlib.util.find_spec("skyrl") is None
+    except (ImportError, ValueError):
+        return False
+
+
 class SkyRLInstrumentor(BaseInstrumentor):
-    """Instrument ``SkyRLGymGenerator.agent_loop``; ``instrument()`` is idempotent."""
+    """Instrument ``SkyRLGymGenerator.agent_loop`` and, unless ``instrument(steps=False)``,
+    the trainers' steps (SkyRL's ``Timer``); ``instrument()`` is idempotent."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        return _instruments
+
+    def instrument(self, **kwargs: Any) -> Any:
+        """As ``BaseInstrumentor.instrument``; without ``skyrl`` one more line says what to
+        install."""
+        if not kwargs.get("skip_dep_check") and _skyrl_missing():
+            warn_once("skyrl-missing", "otel-rollout: SkyRLInstrumentor needs SkyRL: %s",
+                      _install_line())  # fmt: skip
+        return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
-        module = require(GENERATOR_MODULE, "skyrl")
+        try:
+            module: Any = importlib.import_module(GENERATOR_MODULE)
+        except ImportError as err:
+            raise ImportError(
+                f"SkyRLInstrumentor instruments SkyRL, which does not import here ({err}): "
+                f"{_install_line()}"
+            ) from err
         cls = getattr(module, GENERATOR_CLASS)
-        tracer = rollout_tracer(kwargs)
-        self._rollout_tracer = tracer
+        tracer = self._rollout_tracer = rollout_tracer(kwargs)
         self._module = module
-        self._real_gym = module.__dict__.get("skyrl_gym")
-        if self._real_gym is not None and not isinstance(self._real_gym, GymProxy):
-            module.skyrl_gym = GymProxy(self._real_gym)
+        gym = module.__dict__.get("skyrl_gym")
+        if gym is not None and not isinstance(gym, GymProxy):
+            module.skyrl_gym = GymProxy(gym)
         try:
             sig: inspect.Signature | None = inspect.signature(cls.agent_loop)
         except (TypeError, ValueError):
@@ -77,15 +112,14 @@ class SkyRLInstrumentor(BaseInstrumentor):
 
         patches.wrap(cls, "agent_loop", agent_loop)
         patches.wrap(cls, "_run_in_executor_if_available", traced_run)
-        try:
+        try:  # skyrl >= 0.4 posts generate requests from it, made lazily
             remote = importlib.import_module(REMOTE_CLIENT_MODULE)
         except Exception:  # no remote client here (or its deps, aiohttp/orjson, missing)
             remote = None
-        # skyrl >= 0.4 posts generate requests from RemoteGenerateClient, made lazily.
         gen_cls = getattr(remote, GENERATE_CLIENT_CLASS, None)
-        wrapper = post_wrapper(gen_cls) if isinstance(gen_cls, type) else None
-        if wrapper is not None:
+        if isinstance(gen_cls, type) and (wrapper := post_wrapper(gen_cls)) is not None:
             patches.wrap(gen_cls, "_post", wrapper)
+        self.steps_missing = patch_steps(patches, tracer) if kwargs.get("steps", True) else []
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._patches.restore()

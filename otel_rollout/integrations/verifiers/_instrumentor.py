@@ -1,25 +1,26 @@
-"""``VerifiersInstrumentor``: wraps ``Rollout.open/step/close/abort`` (a trajectory per
-rollout), the eval and train clients' upstream calls and ``InterceptionServer.
-record_call`` (a ``generate`` span per model call, its traceparent sent upstream), and
-the eval runner's ``gather_rollouts`` (a batch per evaluation); ``uninstrument()``
-restores each."""
+"""``VerifiersInstrumentor``: what is patched in verifiers (``Rollout``'s lifecycle, the
+clients' upstream calls, ``record_call``, the eval runner's fan-out), and undoing it."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextvars import ContextVar
 from time import time_ns
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_rollout import RolloutTracer, current_batch
-from otel_rollout.instrumentation import internal_error
-from otel_rollout.integrations import require
-from otel_rollout.integrations.skyrl._patches import Patches
+from otel_rollout.instrumentation import Patches, internal_error, require
 from otel_rollout.integrations.verifiers._calls import client_wrapper, record_call_wrapper
 from otel_rollout.integrations.verifiers._rollout import Starting, current, finish
 from otel_rollout.integrations.verifiers._state import Rollouts, pinning, to_ns
+
+#: The distribution instrumented and the versions supported: ``instrument()`` checks it
+#: (``instrument(skip_dep_check=True)`` does not), ``opentelemetry-instrument`` too.
+_instruments = ("verifiers >= 0.4",)
 
 ROLLOUT_MODULE = "verifiers.v1.rollout"
 TRACE_MODULE = "verifiers.v1.trace"
@@ -31,22 +32,29 @@ CLIENTS = (
 )
 #: Where ``vf-eval`` fans an evaluation's rollouts out: one batch per call.
 EVAL_RUNNER_MODULE = "verifiers.v1.cli.eval.runner"
+#: The runner's serving block, called with the eval's config around the fan-out.
+SERVING = "_in_process"
 #: The status of a rollout aborted, or still in flight when instrumentation is removed.
 ABORTED = "aborted"
 #: The batch span's attribute naming what opened it.
 BATCH_SOURCE = "verifiers.batch.source"
+#: The eval's bound on concurrent episodes (``EvalConfig.max_concurrent``: verifiers
+#: holds one permit per episode across the whole of it), while the runner's serving block
+#: (``_in_process(env, config, ...)``, inside which it gathers the rollouts) is open.
+_EVAL_CONCURRENCY: ContextVar[int | None] = ContextVar(
+    "otel_rollout_verifiers_concurrency", default=None
+)
 
 
 class VerifiersInstrumentor(BaseInstrumentor):
     """Instrument verifiers' rollouts; ``instrument()`` is idempotent."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
         rollout_mod = require(ROLLOUT_MODULE, "verifiers")
-        tracer = _tracer(kwargs)
-        self._rollout_tracer = tracer
+        tracer = self._rollout_tracer = _tracer(kwargs)
         patches = self._patches = Patches()
         rollouts = self._rollouts = Rollouts()
         state_of = rollouts.of
@@ -119,29 +127,29 @@ class VerifiersInstrumentor(BaseInstrumentor):
         try:
             runner = importlib.import_module(EVAL_RUNNER_MODULE)
         except Exception:  # the CLI's dependencies missing: no eval batches
-            runner = None
-        if runner is not None and callable(getattr(runner, "gather_rollouts", None)):
+            return
 
-            async def traced_gather(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
-                if current_batch() is not None:  # the user's own batch (a training step)
-                    return await wrapped(*args, **kw)
-                async with tracer.batch(attributes={BATCH_SOURCE: "vf-eval"}):
-                    return await wrapped(*args, **kw)
+        async def traced_gather(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
+            if current_batch() is not None:  # the user's own batch (a training step)
+                return await wrapped(*args, **kw)
+            concurrency = _EVAL_CONCURRENCY.get()
+            async with tracer.batch(attributes={BATCH_SOURCE: "vf-eval"}, concurrency=concurrency):
+                return await wrapped(*args, **kw)
 
-            self._runner = runner
-            self._real_gather = runner.gather_rollouts
-            from wrapt import FunctionWrapper
+        def traced_serving(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
+            block = wrapped(*args, **kw)
+            if not (hasattr(block, "__aenter__") and hasattr(block, "__aexit__")):
+                return block  # not the serving block this knows: left as it is
+            config = args[1] if len(args) > 1 else kw.get("config")
+            return _declaring(block, _max_concurrent(config))
 
-            runner.gather_rollouts = FunctionWrapper(self._real_gather, _guard(traced_gather))
+        if patches.wrap(runner, "gather_rollouts", traced_gather):
+            patches.wrap(runner, SERVING, traced_serving)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._patches.restore()
         for state in self._rollouts.in_flight():  # their close() is no longer traced
             finish(self._rollouts, state, state.rollout, None, ABORTED)
-        runner = getattr(self, "_runner", None)
-        if runner is not None:
-            runner.gather_rollouts = self._real_gather
-            self._runner = None
         self._rollouts.clear()
 
 
@@ -177,9 +185,8 @@ def _notify_wrapper(rollouts: Rollouts) -> Any:
 
     def traced_notify(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if starting_by_id:
-            starting = starting_by_id.get(getattr(instance, "id", None))
-            timing = getattr(instance, "timing", None)
-            boot = getattr(getattr(timing, "boot", None), "start", 0.0)
+            starting = starting_by_id.get(getattr(instance, "id", ""))
+            boot = getattr(getattr(getattr(instance, "timing", None), "boot", None), "start", 0.0)
             if starting is not None and boot:
                 del starting_by_id[instance.id]
                 try:
@@ -191,13 +198,20 @@ def _notify_wrapper(rollouts: Rollouts) -> Any:
     return traced_notify
 
 
-def _guard(wrapper: Any) -> Any:
-    """Step aside while instrumentation is suppressed."""
-    from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+def _max_concurrent(config: Any) -> int | None:
+    """The eval config's ``max_concurrent`` when it is a count of at least 1, else None."""
+    value = getattr(config, "max_concurrent", None)
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return value if ok else None
 
-    def guarded(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        if not is_instrumentation_enabled():
-            return wrapped(*args, **kwargs)
-        return wrapper(wrapped, instance, args, kwargs)
 
-    return guarded
+@contextlib.asynccontextmanager
+async def _declaring(block: Any, concurrency: int | None) -> AsyncIterator[Any]:
+    """``block`` (an async context manager), with :data:`_EVAL_CONCURRENCY` set inside."""
+    token = _EVAL_CONCURRENCY.set(concurrency)
+    try:
+        async with block as value:
+            yield value
+    finally:
+        with contextlib.suppress(ValueError):  # exited in another context: nothing to undo
+            _EVAL_CONCURRENCY.reset(token)

@@ -1,8 +1,6 @@
-"""A finished rollout's phase spans, timed by verifiers' own clock: ``Trace.timing``'s
-boot and setup (``env_setup``), the agent span less its model calls (``env``: verifiers'
-``harness`` time, one span per stretch between model calls, named after the tools the
-model had asked for), finalize and scoring (phases of their own, ``other`` unless the
-processor maps them to a band), and the teardown verifiers does not time."""
+"""A finished rollout's phase spans, timed by verifiers' own clock (docs/verifiers.md):
+boot and setup (``env_setup``), the agent span less its model calls (``env``), finalize
+and scoring (phases of their own), and the teardown verifiers does not time."""
 
 from __future__ import annotations
 
@@ -32,20 +30,11 @@ def _span(timespan: Any, open_end: int | None = None) -> tuple[int, int] | None:
     its unfinished stages."""
     start = getattr(timespan, "start", 0.0) or 0.0
     end = getattr(timespan, "end", 0.0) or 0.0
-    if not start or (not end and open_end is None):
+    stop = to_ns(end) if end else open_end
+    if not start or stop is None:
         return None
     s = to_ns(start)
-    return s, max(s, to_ns(end) if end else open_end)
-
-
-def last_end_ns(timing: Any) -> int | None:
-    """The latest end among the stages verifiers timed (where its own timers stop)."""
-    ends = [
-        to_ns(s.end)
-        for s in (timing.boot, timing.setup, timing.agent, timing.finalize, timing.scoring)
-        if getattr(s, "end", 0.0)
-    ]
-    return max(ends) if ends else None
+    return s, max(s, stop)
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -115,12 +104,10 @@ def record_phases(state: RolloutState, trace: Any, end_ns: int) -> None:
         agent = _span(timing.agent, end_ns)
         if agent is not None:
             _harness_gaps(state, trace, agent)
-        last = last_end_ns(timing)
-        running = any(
-            getattr(s, "start", 0.0) and not getattr(s, "end", 0.0)
-            for s in (timing.boot, timing.setup, timing.agent, timing.finalize, timing.scoring)
-        )
-        if last is not None and end_ns > last and not running:
-            traj.env_teardown(**{STAGE: STAGE_TEARDOWN}).start(start_time=last).end(end_ns)
+        stages = (timing.boot, timing.setup, timing.agent, timing.finalize, timing.scoring)
+        ends = [to_ns(s.end) for s in stages if getattr(s, "end", 0.0)]
+        running = any(getattr(s, "start", 0.0) and not getattr(s, "end", 0.0) for s in stages)
+        if ends and end_ns > max(ends) and not running:
+            traj.env_teardown(**{STAGE: STAGE_TEARDOWN}).start(start_time=max(ends)).end(end_ns)
     except Exception as exc:  # verifiers' trace changed shape: report once, end the root
         internal_error("verifiers phases", exc)

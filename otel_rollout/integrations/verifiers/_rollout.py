@@ -1,11 +1,7 @@
-"""One trajectory per verifiers ``Rollout``: the root starts at verifiers' own boot
-start (the first ``Trace.notify`` during ``open()`` that has it), is current (with the
-trajectory) while ``open``/``step``/``close`` run, and ends when ``close()`` (or
-``abort()``) returns, with every phase span made from verifiers' own timestamps
-(:mod:`._phases`), its rewards, status and stop condition.
-
-The root is entered in a copy of the caller's context, so nothing of it stays current
-in the caller between calls (peer rollouts interleave in one task), and exits there."""
+"""One trajectory per verifiers ``Rollout``: the root starts at verifiers' boot start, is
+current while ``open``/``step``/``close`` run, and ends when ``close()`` (or ``abort()``)
+returns, with its phase spans (:mod:`._phases`), rewards and status. It is entered and
+exited in a copy of the caller's context (peer rollouts interleave in one task)."""
 
 from __future__ import annotations
 
@@ -38,12 +34,12 @@ def _attributes(rollout: Any) -> dict[str, Any]:
     trace = rollout.trace
     out: dict[str, Any] = {"trajectory_id": str(trace.id)}
     task = getattr(trace, "task", None)
-    if getattr(task, "type", None):
-        out["env"] = str(task.type)
+    task_type = getattr(task, "type", None)
+    if task_type:
+        out["env"] = str(task_type)
     data = getattr(task, "data", None)
     instance = getattr(data, "id", None)
-    if instance is None:
-        instance = getattr(data, "idx", None)
+    instance = getattr(data, "idx", None) if instance is None else instance
     if instance is not None:
         out["instance_id"] = instance
     model = getattr(getattr(rollout, "ctx", None), "model", None)
@@ -89,23 +85,14 @@ def begin(
     return state
 
 
-def make_current(state: RolloutState) -> tuple[Any, Any]:
-    """Make the trajectory current (its root the current span); undo with :func:`leave`."""
-    return attach_trajectory(state.traj)
-
-
-def leave(tokens: tuple[Any, Any]) -> None:
-    detach_trajectory(tokens)
-
-
 @contextlib.contextmanager
 def current(state: RolloutState) -> Iterator[None]:
     """The trajectory current while a lifecycle call runs."""
-    tokens = make_current(state)
+    tokens = attach_trajectory(state.traj)
     try:
         yield
     finally:
-        leave(tokens)
+        detach_trajectory(tokens)
 
 
 class Starting:
@@ -115,21 +102,19 @@ class Starting:
     __slots__ = ("rollout", "rollouts", "state", "tokens", "tracer")
 
     def __init__(self, tracer: RolloutTracer, rollouts: Rollouts, rollout: Any) -> None:
-        self.tracer = tracer
-        self.rollouts = rollouts
-        self.rollout = rollout
+        self.tracer, self.rollouts, self.rollout = tracer, rollouts, rollout
         self.state: RolloutState | None = None
         self.tokens: tuple[Any, Any] | None = None
 
     def start(self, start_ns: int | None) -> None:
         if self.state is None:
             self.state = begin(self.tracer, self.rollouts, self.rollout, start_ns)
-            self.tokens = make_current(self.state)
+            self.tokens = attach_trajectory(self.state.traj)
 
     def release(self) -> None:
         if self.tokens is not None:
             tokens, self.tokens = self.tokens, None
-            leave(tokens)
+            detach_trajectory(tokens)
 
 
 def _status(traj: Any, trace: Any) -> None:

@@ -1,7 +1,6 @@
-"""The rollouts in flight: one :class:`RolloutState` per verifiers ``Rollout``, kept by
-the instrumentor's :class:`Rollouts` and found by trace id from the interception
-server's handlers (which run in tasks of their own, outside the rollout's context);
-the clock that pins a root's start and end to verifiers' timestamps."""
+"""The rollouts in flight, found by trace id from the interception server's handlers
+(which run outside the rollout's context), and the clock pinned to verifiers' timestamps
+where a root starts and ends."""
 
 from __future__ import annotations
 
@@ -15,13 +14,10 @@ from typing import Any
 from otel_rollout import Generation
 from otel_rollout import TrajectoryHandle as Trajectory
 
-#: verifiers' timestamps are ``time.time()`` floats; ours are epoch nanoseconds.
-NS = 1_000_000_000
-
 
 def to_ns(seconds: float) -> int:
-    """A verifiers timestamp (epoch seconds, float) in epoch nanoseconds."""
-    return round(seconds * NS)
+    """A verifiers timestamp (``time.time()``, epoch seconds) in epoch nanoseconds."""
+    return round(seconds * 1_000_000_000)
 
 
 #: Set (in the rollout's own context) while its root ends: the time ``close()`` returned,
@@ -76,9 +72,7 @@ class Rollouts:
             self._by_trace[trace_id] = state
 
     def lookup(self, trace_id: Any) -> RolloutState | None:
-        if not isinstance(trace_id, str):
-            return None
-        return self._by_trace.get(trace_id)
+        return self._by_trace.get(trace_id) if isinstance(trace_id, str) else None
 
     def of(self, rollout: Any) -> RolloutState | None:
         """The state of a verifiers ``Rollout`` (by its trace's id)."""

@@ -1,14 +1,16 @@
-"""What is read from verl's calls: a sample's trajectory attributes from
-``_run_agent_loop``'s arguments, the policy model from the worker, a ``generate``
-request (input tokens, sampling parameters) and its ``TokenOutput`` (output tokens,
-why it stopped, preemptions), and what a sample's output carries (reward, turns)."""
+"""What is read from verl's calls, and the model calls (docs/verl.md):
+``LLMServerClient.generate`` records into verl's ``generate_sequences`` phase (or a phase
+of its own), ``_acquire_server`` is a span inside, the engine's request id on it."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from typing import Any
 
-from otel_rollout.instrumentation import internal_error
+from otel_rollout import attributes as A
+from otel_rollout.instrumentation import internal_error, model_call, sampling_keywords
+from otel_rollout.integrations.verl._state import STATE
 
 #: verl's own names for a sample, on its trajectory root.
 STEP_ATTR, SAMPLE_INDEX_ATTR, ROLLOUT_N_ATTR = "verl.step", "verl.sample_index", "verl.rollout_n"
@@ -26,95 +28,67 @@ def plain(value: Any) -> Any:
     return value
 
 
-def trajectory_kwargs(args: tuple, kwargs: dict) -> dict[str, Any]:
-    """``RolloutTracer.trajectory`` keywords for ``_run_agent_loop(sampling_params,
-    trajectory, *, agent_name, trace, **sample)``: the dataset index and rollout number
-    as ids, ``data_source`` as the env class (else the agent name), ``uid`` as group."""
-    info = args[1] if len(args) > 1 else kwargs.get("trajectory")
-    info = info if isinstance(info, dict) else {}
+def trajectory_kwargs(info: dict[str, Any], sample: dict[str, Any]) -> dict[str, Any]:
+    """``RolloutTracer.trajectory`` keywords of a sample (``info``: ``rollout_trace_attr``'s
+    keywords; ``sample``: its columns and ``agent_name``), as docs/verl.md lists them."""
     out: dict[str, Any] = {}
-    attrs: dict[str, Any] = {}
-    agent = kwargs.get("agent_name")
+    agent = sample.get("agent_name")
     if agent is not None:
         out["agent"] = str(plain(agent))
-    source = kwargs.get("data_source")
-    env = plain(source) if source is not None else plain(agent)
+    env = plain(sample["data_source"]) if sample.get("data_source") is not None else plain(agent)
     if env is not None:
         out["env"] = str(env)
-    rollout_n = plain(info.get("rollout_n"))
-    sample_index = plain(info.get("sample_index"))
-    if "index" in kwargs and sample_index is not None:  # a dataset index: a stable id
+    rollout_n, sample_index = plain(info.get("rollout_n")), plain(info.get("sample_index"))
+    if "index" in sample and sample_index is not None:  # a dataset index: a stable id
         out["instance_id"] = str(sample_index)
         if isinstance(rollout_n, int):
             out["repetition_id"] = rollout_n
-    uid = kwargs.get("uid")
-    if uid is not None:
-        out["group_id"] = str(plain(uid))
-    for key, value in (
-        (STEP_ATTR, plain(info.get("step"))),
-        (SAMPLE_INDEX_ATTR, sample_index),
-        (ROLLOUT_N_ATTR, rollout_n),
-        (VALIDATE_ATTR, plain(info.get("validate"))),
-    ):
-        if isinstance(value, bool | int | float | str):
-            attrs[key] = value
-    out["attributes"] = attrs
+    if sample.get("uid") is not None:
+        out["group_id"] = str(plain(sample["uid"]))
+    attrs = {
+        STEP_ATTR: plain(info.get("step")),
+        SAMPLE_INDEX_ATTR: sample_index,
+        ROLLOUT_N_ATTR: rollout_n,
+        VALIDATE_ATTR: plain(info.get("validate")),
+    }
+    out["attributes"] = {k: v for k, v in attrs.items() if isinstance(v, bool | int | float | str)}
     return out
 
 
 def model_of(worker: Any) -> str | None:
     """The policy model's path (``actor_rollout_ref.model.path``)."""
-    for cfg in (getattr(worker, "model_config", None),):
-        path = getattr(cfg, "path", None)
-        if isinstance(path, str) and path:
-            return path
-    with contextlib.suppress(Exception):
-        path = worker.config.actor_rollout_ref.model.path
-        if isinstance(path, str) and path:
-            return path
-    return None
-
-
-#: verl's sampling-parameter keys and the ``generate()`` keywords for them.
-_SAMPLING_KEYS = (
-    ("max_tokens", "max_tokens"), ("max_new_tokens", "max_tokens"),
-    ("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("seed", "seed"),
-)  # fmt: skip
+    path = getattr(getattr(worker, "model_config", None), "path", None)
+    if not (isinstance(path, str) and path):
+        with contextlib.suppress(Exception):
+            path = worker.config.actor_rollout_ref.model.path
+    return path if isinstance(path, str) and path else None
 
 
 def request(kwargs: dict) -> dict[str, Any]:
-    """GenAI request attributes of ``LLMServerClient.generate(request_id, *, prompt_ids,
+    """GenAI request keywords of ``LLMServerClient.generate(request_id, *, prompt_ids,
     sampling_params, ...)``."""
-    out: dict[str, Any] = {}
-    ids = kwargs.get("prompt_ids")
+    out: dict[str, Any] = dict(sampling_keywords(kwargs.get("sampling_params")))
     with contextlib.suppress(TypeError):
-        if ids is not None:
-            out["input_tokens"] = len(ids)
-    params = kwargs.get("sampling_params")
-    if isinstance(params, dict):
-        for key, name in _SAMPLING_KEYS:
-            value = params.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out.setdefault(name, value)
+        if kwargs.get("prompt_ids") is not None:
+            out["input_tokens"] = len(kwargs["prompt_ids"])
     return out
 
 
 def record_output(gen: Any, output: Any) -> None:
-    """Output tokens, stop reason and preemptions of a ``TokenOutput``."""
+    """Output tokens, stop reason, preemptions and cached tokens of a ``TokenOutput``."""
     try:
         ids = getattr(output, "token_ids", None)
         reason = getattr(output, "stop_reason", None)
+        extra = getattr(output, "extra_fields", None)
+        cached = extra.get("num_cached_tokens") if isinstance(extra, dict) else None
         gen.record(
             output_tokens=len(ids) if ids is not None else None,
             finish_reasons=[str(reason)] if reason else None,
+            cache_read_input_tokens=cached if isinstance(cached, int) else None,
         )
         preempted = getattr(output, "num_preempted", None)
         if isinstance(preempted, int):
             gen.set_attribute(PREEMPTED_ATTR, preempted)
-        extra = getattr(output, "extra_fields", None)
-        cached = extra.get("num_cached_tokens") if isinstance(extra, dict) else None
-        if isinstance(cached, int):
-            gen.record(cache_read_input_tokens=cached)
     except Exception as exc:  # verl's output shape changed: report once, trace on
         internal_error("verl generate output", exc)
 
@@ -132,23 +106,43 @@ def record_sample(traj: Any, output: Any) -> None:
         internal_error("verl sample output", exc)
 
 
-def tool_call(args: tuple, kwargs: dict) -> dict[str, Any]:
-    """``env_step`` keywords of ``_call_tool(tool_call, tools_kwargs, agent_data)``."""
-    call = args[0] if args else kwargs.get("tool_call")
-    out: dict[str, Any] = {}
-    name = getattr(call, "name", None)
-    if isinstance(name, str):
-        out["tool"] = name
-    call_id = getattr(call, "tool_call_id", None)
-    if call_id is not None:
-        out["tool_call_id"] = str(call_id)
-    return out
+ACQUIRE_SPAN = "acquire_server"
+
+#: The generate phase of the call in flight in this task (ours or verl's timer's).
+_GEN: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_rollout_verl_gen", default=None)
 
 
-def record_tool_result(phase: Any, result: Any) -> None:
-    """A ``_call_tool`` result ``(ToolResponse, reward, extra)``: the tool's reward."""
-    try:
-        if isinstance(result, tuple) and len(result) >= 2 and result[1] is not None:
-            phase.set_reward(plain(result[1]))
-    except Exception as exc:
-        internal_error("verl tool result", exc)
+async def traced_generate(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    state = STATE.get()
+    if state is None or _GEN.get() is not None:
+        return await wrapped(*args, **kwargs)
+    req = request(kwargs)
+    with model_call(state.traj, state.gen, operation=A.OP_TEXT_COMPLETION, **req) as gen:
+        token = _GEN.set(gen)
+        try:
+            output = await wrapped(*args, **kwargs)
+        finally:
+            _GEN.reset(token)
+        if gen is not None:
+            record_output(gen, output)
+        return output
+
+
+async def traced_acquire(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    state = STATE.get()
+    if state is None or _GEN.get() is None:
+        return await wrapped(*args, **kwargs)
+    with state.traj.tracer.start_as_current_span(ACQUIRE_SPAN) as span:
+        result = await wrapped(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            span.set_attribute(SERVER_ATTR, str(result[0]))
+        return result
+
+
+def traced_request_id(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``_vllm_request_id(request_id)``: the id the engine sees, on the generate span."""
+    rid = wrapped(*args, **kwargs)
+    gen = _GEN.get()
+    if gen is not None and isinstance(rid, str):
+        gen.set_attribute(A.VLLM_REQUEST_ID, rid)
+    return rid

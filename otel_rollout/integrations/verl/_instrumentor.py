@@ -1,4 +1,4 @@
-"""``VerlInstrumentor``: what is patched in verl 0.9, and undoing it."""
+"""``VerlInstrumentor``: what is patched in verl 0.9, and undoing it; the Ray workers' hook."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_rollout import RolloutTracer
-from otel_rollout.instrumentation import internal_error
-from otel_rollout.integrations import require
-from otel_rollout.integrations.skyrl._patches import Patches
-from otel_rollout.integrations.verl._client import (
+from otel_rollout.instrumentation import Patches, internal_error, require, rollout_tracer
+from otel_rollout.integrations.verl._calls import (
     traced_acquire,
     traced_generate,
     traced_request_id,
@@ -24,8 +21,11 @@ from otel_rollout.integrations.verl._samples import (
     trace_attr_wrapper,
     trajectory_info_wrapper,
 )
-from otel_rollout.integrations.verl._timers import timer_wrapper
+from otel_rollout.integrations.verl._timers import patch_steps, timer_wrapper
 from otel_rollout.integrations.verl._tools import AsyncioProxy, traced_call_tool
+
+#: The distribution instrumented and the versions supported (contrib's dependency check).
+_instruments = ("verl >= 0.9.1",)
 
 AGENT_LOOP_MODULE = "verl.experimental.agent_loop.agent_loop"
 #: The modules whose ``simple_timer`` verl's per-sample timers are taken with.
@@ -34,29 +34,20 @@ TIMER_MODULES = (
     "verl.experimental.agent_loop.single_turn_agent_loop",
     AGENT_LOOP_MODULE,
 )
-TOOL_LOOP_MODULE = TIMER_MODULES[0]
-CLIENT_MODULE = "verl.workers.rollout.llm_server"
 FUNCTION_TOOL_MODULE = "verl.tools.function_tool"
 
 
 class VerlInstrumentor(BaseInstrumentor):
-    """Instrument verl's agent loop; ``instrument()`` is idempotent.
-
-    ``instrument(tracer_provider=..., meter_provider=..., rollout_tracer=...,
-    add_timing=True)``: ``add_timing=False`` leaves verl's ``meta_info["timing"]`` as it
-    was (by default the step's ``rollout/*`` summary keys are added beside verl's
-    ``agent_loop/*``).
-    """
+    """Instrument verl's agent loop; ``instrument()`` is idempotent. ``add_timing=False``
+    leaves verl's ``meta_info["timing"]`` without the step's ``rollout/*`` keys;
+    ``steps=False`` leaves ``fit()``'s ``marked_timer`` alone."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
         agent_loop = require(AGENT_LOOP_MODULE, "verl")
-        tracer = kwargs.get("rollout_tracer") or RolloutTracer(
-            kwargs.get("tracer_provider"), kwargs.get("meter_provider")
-        )
-        self._rollout_tracer = tracer
+        tracer = self._rollout_tracer = rollout_tracer(kwargs)
         patches = self._patches = Patches()
         manager = agent_loop.AgentLoopManager
         patches.wrap(agent_loop, "rollout_trace_attr", trace_attr_wrapper(tracer))
@@ -66,17 +57,17 @@ class VerlInstrumentor(BaseInstrumentor):
         patches.wrap(manager, "generate_sequences", manager_wrapper(tracer, add_timing))
         patches.wrap(manager, "_performance_metrics", metrics_wrapper)
         for name in TIMER_MODULES:
-            module = importlib.import_module(name)
-            patches.wrap(module, "simple_timer", timer_wrapper)
-        tool_loop = importlib.import_module(TOOL_LOOP_MODULE)
+            patches.wrap(importlib.import_module(name), "simple_timer", timer_wrapper)
+        tool_loop = importlib.import_module(TIMER_MODULES[0])
         patches.wrap(tool_loop.ToolAgentLoop, "_call_tool", traced_call_tool)
-        client = importlib.import_module(CLIENT_MODULE).LLMServerClient
+        client = importlib.import_module("verl.workers.rollout.llm_server").LLMServerClient
         patches.wrap(client, "generate", traced_generate)
         patches.wrap(client, "_acquire_server", traced_acquire)
         patches.wrap(client, "_vllm_request_id", traced_request_id)
+        self.steps_missing = patch_steps(patches, tracer) if kwargs.get("steps", True) else []
         self._function_tool = None
         try:
-            function_tool = importlib.import_module(FUNCTION_TOOL_MODULE)
+            function_tool: Any = importlib.import_module(FUNCTION_TOOL_MODULE)
             if not isinstance(function_tool.__dict__.get("asyncio"), AsyncioProxy):
                 function_tool.asyncio = AsyncioProxy(function_tool.asyncio)
                 self._function_tool = function_tool
@@ -85,7 +76,22 @@ class VerlInstrumentor(BaseInstrumentor):
 
     def _uninstrument(self, **kwargs: Any) -> None:
         self._patches.restore()
-        module = self._function_tool
+        module, self._function_tool = self._function_tool, None
         if module is not None and isinstance(module.__dict__.get("asyncio"), AsyncioProxy):
             module.asyncio = module.asyncio._real
-        self._function_tool = None
+
+
+def instrument_worker() -> None:
+    """A Ray ``worker_process_setup_hook``, to chain after the Ray integration's: instruments
+    verl in the worker once ``verl.experimental.agent_loop`` is imported (now, if it is),
+    so workers that never run verl never import it."""
+    import wrapt
+
+    wrapt.register_post_import_hook(_instrument, "verl.experimental.agent_loop")
+
+
+def _instrument(module: Any) -> None:
+    instrumentor = VerlInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        # an agent-loop worker runs no trainer loop: its steps are the driver's
+        instrumentor.instrument(steps=False)

@@ -1,29 +1,8 @@
-"""Samples and steps: each sample of ``AgentLoopWorker._run_agent_loop`` is a
-trajectory root; each ``generate_sequences`` call (one step) is a batch, the roots
-linked to it.
-
-verl runs its workers as Ray actors, and a Ray actor runs copies of its class's
-methods made when the driver called ``ray.remote(AgentLoopWorker)``: patches on
-``AgentLoopWorker`` itself never run there. So the sample is found where verl's
-methods call module functions and other classes, which are looked up when they run:
-the root encloses ``rollout_trace_attr(...)`` (the ``with`` around a sample's whole
-body in ``_run_agent_loop``; the sample's fields and output are read from that
-method's locals); the driver's carrier is taken from the chunk's ``meta_info`` when
-``generate_sequences`` awaits ``get_trajectory_info``, before it starts the samples'
-tasks; and each sample's breakdown goes back with verl's own per-sample metrics
-(``AgentLoopMetrics.model_dump()``).
-
-``AgentLoopManager.generate_sequences`` (the driver) opens the batch and puts its
-carrier (:func:`otel_rollout.integrations.ray.carrier`) in the prompts' ``meta_info``,
-which ``prompts.chunk()`` copies to every worker's chunk; the driver takes the
-breakdowns out in ``_performance_metrics`` (before verl reads its keys) and adds them
-to the batch. A worker called directly (not through the manager) joins the batch the
-caller has open, if any.
-
-No method of ``AgentLoopWorker`` is wrapped, in the driver either: Ray pickles the
-actor class by value with the methods it finds there, and a wrapped method would
-neither pickle nor run in the actors.
-"""
+"""Samples and steps (docs/verl.md): each sample of ``AgentLoopWorker._run_agent_loop`` is
+a trajectory root around ``rollout_trace_attr(...)`` (no worker method is wrapped: Ray
+actors run copies of their class's methods), each ``AgentLoopManager.generate_sequences``
+call a batch, whose carrier the worker attaches in ``get_trajectory_info``; breakdowns go
+back in ``AgentLoopMetrics.model_dump()``, taken out in ``_performance_metrics``."""
 
 from __future__ import annotations
 
@@ -35,9 +14,13 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
-from otel_rollout import BatchHandle as Batch
 from otel_rollout import RolloutTracer, current_batch, summarize
-from otel_rollout.instrumentation import attach_batch, batch_from_carrier, internal_error
+from otel_rollout.instrumentation import (
+    attach_batch,
+    batch_from_carrier,
+    caller_locals,
+    internal_error,
+)
 from otel_rollout.integrations.ray._propagation import carrier, extract
 from otel_rollout.integrations.verl._calls import model_of, plain, record_sample, trajectory_kwargs
 from otel_rollout.integrations.verl._state import STATE, State
@@ -55,22 +38,6 @@ _HAND_BACK: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 #: Where a sample's breakdown waits on its ``AgentLoopMetrics`` for ``model_dump()``.
 _BREAKDOWN_ATTR = "_otel_rollout_breakdown"
-#: How far up the stack verl's calling method is looked for.
-_FRAME_DEPTH = 6
-
-
-def _caller_locals(name: str) -> dict[str, Any] | None:
-    """The local variables of the nearest calling frame of function ``name`` (verl's
-    own method, whichever copy of it runs: Ray actors run copies of their class's
-    methods, so reading them here works where patching the class cannot)."""
-    frame = sys._getframe(2)
-    for _ in range(_FRAME_DEPTH):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == name:
-            return frame.f_locals
-        frame = frame.f_back
-    return None
 
 
 class _Sample:
@@ -83,20 +50,17 @@ class _Sample:
         self._state: State | None = None
         self._token: Any = None
         try:
-            frame = _caller_locals("_run_agent_loop") or {}
-            sample = dict(frame.get("kwargs") or {})
-            sample["agent_name"] = frame.get("agent_name")
+            frame = caller_locals("_run_agent_loop") or {}
+            sample = {**(frame.get("kwargs") or {}), "agent_name": frame.get("agent_name")}
             info = {k: kwargs.get(k) for k in ("step", "sample_index", "rollout_n", "validate")}
-            tkw = trajectory_kwargs((None, info), sample)
-            model = model_of(frame.get("self"))
+            tkw, model = trajectory_kwargs(info, sample), model_of(frame.get("self"))
         except Exception as exc:
             internal_error("verl sample", exc)
             tkw, model = {}, None
         self._scope = tracer.trajectory(model=model, **tkw)
 
     def __enter__(self) -> Any:
-        traj = self._scope.__enter__()
-        self._state = State(traj)
+        self._state = State(self._scope.__enter__())
         self._token = STATE.set(self._state)
         try:
             return self._inner.__enter__()
@@ -108,23 +72,20 @@ class _Sample:
         try:
             return self._inner.__exit__(exc_type, exc, tb)
         finally:
-            frame = _caller_locals("_run_agent_loop")
-            self._end(frame.get("output") if frame else None, exc_type, exc, tb)
+            frame = caller_locals("_run_agent_loop") or {}
+            self._end(frame.get("output"), exc_type, exc, tb)
 
     def _end(self, output: Any, exc_type: Any, exc: Any, tb: Any) -> None:
-        state = self._state
+        state, self._state = self._state, None
         if state is None:
             return
-        self._state = None
         STATE.reset(self._token)
-        traj = state.traj
         if output is not None:
-            record_sample(traj, output)
+            record_sample(state.traj, output)
         self._scope.__exit__(exc_type, exc, tb)
-        bd = traj.breakdown
-        if bd is None or output is None:
-            return
-        if _HAND_BACK.get():  # the driver's batch: the breakdown goes back with verl's metrics
+        bd = state.traj.breakdown
+        if bd is not None and output is not None and _HAND_BACK.get():
+            # the driver's batch: the breakdown goes back with verl's metrics
             with contextlib.suppress(Exception):
                 object.__setattr__(output.metrics, _BREAKDOWN_ATTR, bd)
 
@@ -134,7 +95,7 @@ def trace_attr_wrapper(tracer: RolloutTracer) -> Any:
 
     def rollout_trace_attr(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         inner = wrapped(*args, **kwargs)
-        if STATE.get() is not None or _caller_locals("_run_agent_loop") is None:
+        if STATE.get() is not None or caller_locals("_run_agent_loop") is None:
             return inner
         return _Sample(tracer, inner, kwargs)
 
@@ -142,15 +103,14 @@ def trace_attr_wrapper(tracer: RolloutTracer) -> Any:
 
 
 async def trajectory_info_wrapper(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
-    """``get_trajectory_info(...)``, awaited by ``AgentLoopWorker.generate_sequences`` before
-    it starts the samples' tasks: the driver's carrier, in the chunk's ``meta_info``, is
-    attached to the calling task here, so the samples' tasks start with it."""
+    """``get_trajectory_info(...)``, awaited by ``AgentLoopWorker.generate_sequences``
+    before it starts the samples' tasks: the driver's carrier is attached to the calling
+    task here (for the rest of its call), so the samples' tasks start with it."""
     try:
-        frame = _caller_locals("generate_sequences") or {}
-        meta = getattr(frame.get("batch"), "meta_info", None)
+        meta = getattr((caller_locals("generate_sequences") or {}).get("batch"), "meta_info", None)
         headers = meta.pop(CARRIER_META, None) if isinstance(meta, dict) else None
         remote = batch_from_carrier(headers) if headers else None
-        if remote is not None:  # set in the caller's task: it lasts for its call
+        if remote is not None:
             ctx = extract(headers)
             if ctx is not None:
                 otel_context.attach(ctx)
@@ -170,20 +130,12 @@ def metrics_dump_wrapper(wrapped: Any, instance: Any, args: tuple, kw: dict) -> 
     return out
 
 
-def _step_of(data: Any) -> int | None:
-    meta = getattr(data, "meta_info", None)
-    step = plain(meta.get("global_steps")) if isinstance(meta, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
-
-
 def metrics_wrapper(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
     """``_performance_metrics(metrics, output)``: the workers' breakdowns taken out of
-    ``metrics`` before verl reads it; they ride in the timing dict it returns to the
-    driver's step (:class:`_DriverStep`), which takes them out again."""
-    metrics = args[0] if args else kw.get("metrics")
+    ``metrics`` before verl reads it, to ride in the timing dict it returns."""
     gathered: list = []
     try:
-        for chunk in metrics or ():
+        for chunk in (args[0] if args else kw.get("metrics")) or ():
             for metric in chunk or ():
                 if isinstance(metric, dict):
                     gathered.extend(metric.pop(BREAKDOWNS_KEY, None) or ())
@@ -195,40 +147,27 @@ def metrics_wrapper(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
     return timing
 
 
-class _DriverStep:
-    """The batch of one ``AgentLoopManager.generate_sequences`` call."""
+def _meta(data: Any) -> dict | None:
+    meta = getattr(data, "meta_info", None)
+    return meta if isinstance(meta, dict) else None
 
-    def __init__(self, tracer: RolloutTracer, prompts: Any, add_timing: bool) -> None:
-        self._scope = tracer.batch(_step_of(prompts))
-        self._prompts = prompts
-        self._add_timing = add_timing
-        self.batch: Batch | None = None
 
-    def enter(self) -> None:
-        self.batch = self._scope.__enter__()
-        meta = getattr(self._prompts, "meta_info", None)
-        if isinstance(meta, dict):
-            meta[CARRIER_META] = carrier()
-
-    def exit(self, output: Any, exc: BaseException | None) -> None:
-        meta = getattr(self._prompts, "meta_info", None)
-        if isinstance(meta, dict):
-            meta.pop(CARRIER_META, None)
-        out_meta = getattr(output, "meta_info", None)
-        timing = out_meta.get("timing") if isinstance(out_meta, dict) else None
-        batch = self.batch
-        if isinstance(timing, dict):
-            gathered = timing.pop(BREAKDOWNS_KEY, None)
-            if gathered and batch is not None:
-                batch.add(gathered)
-        self._scope.__exit__(type(exc) if exc else None, exc, None)
-        if isinstance(timing, dict) and self._add_timing and batch is not None:
-            try:
-                timing.update(summarize(batch.breakdowns, prefix=TIMING_PREFIX))
-                if batch.analysis is not None:
-                    timing.update(batch.analysis.summary(prefix=TIMING_PREFIX))
-            except Exception as err:
-                internal_error("verl timing keys", err)
+def _finish(scope: Any, batch: Any, prompts: Any, output: Any, exc: Any, add: bool) -> None:
+    """The end of a ``generate_sequences`` call: the workers' breakdowns into the batch,
+    its summary into verl's ``meta_info["timing"]`` as ``rollout/*``."""
+    (_meta(prompts) or {}).pop(CARRIER_META, None)
+    timing = (_meta(output) or {}).get("timing")
+    timing = timing if isinstance(timing, dict) else None
+    if timing is not None and (gathered := timing.pop(BREAKDOWNS_KEY, None)):
+        batch.add(gathered)
+    scope.__exit__(type(exc) if exc else None, exc, None)
+    if timing is not None and add:
+        try:
+            timing.update(summarize(batch.breakdowns, prefix=TIMING_PREFIX))
+            if batch.analysis is not None:
+                timing.update(batch.analysis.summary(prefix=TIMING_PREFIX))
+        except Exception as err:
+            internal_error("verl timing keys", err)
 
 
 def manager_wrapper(tracer: RolloutTracer, add_timing: bool) -> Any:
@@ -238,26 +177,35 @@ def manager_wrapper(tracer: RolloutTracer, add_timing: bool) -> Any:
     def generate_sequences(wrapped: Any, instance: Any, args: tuple, kw: dict) -> Any:
         if current_batch() is not None:
             return wrapped(*args, **kw)
-        step = _DriverStep(tracer, args[0] if args else kw.get("prompts"), add_timing)
-        step.enter()
+        prompts = args[0] if args else kw.get("prompts")
+        meta = _meta(prompts)
+        step = plain(meta.get("global_steps")) if meta is not None else None
+        ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+        scope = tracer.batch(step if ok else None)
+        batch = scope.__enter__()
+        if meta is not None:
+            meta[CARRIER_META] = carrier()
+
+        def finish(output: Any, exc: BaseException | None = None) -> Any:
+            _finish(scope, batch, prompts, output, exc, add_timing)
+            return output
+
         try:
             result = wrapped(*args, **kw)
         except BaseException as exc:
-            step.exit(None, exc)
+            finish(None, exc)
             raise
         if not inspect.isawaitable(result):
-            step.exit(result, None)
-            return result
+            return finish(result)
 
-        async def finish() -> Any:
+        async def finish_async() -> Any:
             try:
                 output = await result
             except BaseException as exc:
-                step.exit(None, exc)
+                finish(None, exc)
                 raise
-            step.exit(output, None)
-            return output
+            return finish(output)
 
-        return finish()
+        return finish_async()
 
     return generate_sequences

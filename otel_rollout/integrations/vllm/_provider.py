@@ -76,13 +76,8 @@ def check_provider(tracer: trace.Tracer | None) -> None:
 
 def engine_traces(engine: Any) -> bool | None:
     """Whether the engine was started with an OTLP traces endpoint; None when unknown."""
-    config = getattr(engine, "observability_config", None)
-    if config is None:
-        return None
-    endpoint = getattr(config, "otlp_traces_endpoint", ...)
-    if endpoint is ...:
-        return None
-    return bool(endpoint)
+    endpoint = getattr(getattr(engine, "observability_config", None), "otlp_traces_endpoint", ...)
+    return None if endpoint is ... else bool(endpoint)
 
 
 def hint_engine_not_tracing() -> None:

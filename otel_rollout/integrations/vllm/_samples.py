@@ -1,29 +1,8 @@
 """The engine timings a generate span carries, from the ``RequestOutput.metrics`` of each
-of the request's samples.
-
-vLLM runs the ``n`` samples of a request as requests of their own: each streamed
-``RequestOutput`` carries the ``RequestStateStats`` of the sample it came from (with
-``n > 1`` the outputs of different samples interleave), and vLLM makes one
-``llm_request`` span per sample. On our generate span:
-
-- ``n == 1`` (or one sample's stats seen): vLLM's keys, computed as vLLM computes them
-  for its ``llm_request`` span (:func:`~otel_rollout._accounting.waits.engine_timings`),
-  plus ``gen_ai.latency.e2e``.
-- ``n > 1``: the plain ``gen_ai.latency.*`` keys are the request's: queue, prefill and
-  decode of the samples' union (:mod:`otel_rollout._accounting.engine_union`), inference
-  = prefill + decode, time to first token the earliest sample's, e2e the last sample's;
-  each sample's own values are ``rollout.vllm.sample.<key>`` arrays by completion index
-  (those every timed sample has), and ``rollout.vllm.samples_timed`` says how many
-  samples' stats were found: every sample's from an in-process engine
-  (:func:`live_sample_stats`); from the outputs alone, only those of samples whose
-  outputs came unmerged (vLLM merges outputs waiting for the consumer, and in
-  ``FINAL_ONLY`` mode hands out one aggregated output with one sample's stats).
-
-``gen_ai.latency.e2e``: vLLM's is the wall-clock time from the request's arrival to the
-output-processing step that finished it; ``RequestStateStats`` does not keep that
-moment, so ours is arrival to when the finishing output reached the stream: the same
-start, an end later by the hand-over to the consumer (microseconds to milliseconds).
-"""
+of the request's samples (docs/vllm.md, ``n > 1``): for one sample vLLM's keys, computed
+as vLLM computes them, plus ``gen_ai.latency.e2e`` (arrival to when the finishing output
+reached the stream); for ``n > 1`` the request's keys over the samples' union and each
+sample's own as ``rollout.vllm.sample.<key>`` arrays."""
 
 from __future__ import annotations
 
@@ -34,27 +13,15 @@ from otel_rollout import attributes as A
 from otel_rollout.instrumentation import engine_timings, stages_from_timestamps, union_split
 
 #: vLLM's latency keys, in the order docs/vllm.md lists them.
-LATENCY_KEYS = (
-    A.VLLM_TIME_IN_QUEUE,
-    A.VLLM_TIME_TO_FIRST_TOKEN,
-    A.VLLM_E2E,
-    A.VLLM_TIME_IN_PREFILL,
-    A.VLLM_TIME_IN_DECODE,
-    A.VLLM_TIME_IN_INFERENCE,
-)
+LATENCY_KEYS = (A.VLLM_TIME_IN_QUEUE, A.VLLM_TIME_TO_FIRST_TOKEN, A.VLLM_E2E,
+                A.VLLM_TIME_IN_PREFILL, A.VLLM_TIME_IN_DECODE,
+                A.VLLM_TIME_IN_INFERENCE)  # fmt: skip
 
 
 def live_sample_stats(engine: Any, request_id: Any) -> dict[int, Any]:
-    """Each sample's live ``RequestStateStats`` from an in-process engine, by completion
-    index, while the request runs; empty when the engine does not show them.
-
-    With ``n > 1`` the stream alone cannot tell every sample's stats: vLLM merges the
-    outputs the consumer has not picked up yet into one ``RequestOutput`` that keeps
-    the first one's ``metrics``. The engine's output processor holds each sample's state
-    (``external_req_ids`` maps the request id to the samples' internal ids); the stats
-    objects are the ones vLLM's ``llm_request`` spans are made from, and they are
-    read when the stream ends, final by then. Duck-typed: any other shape gives ``{}``.
-    """
+    """Each sample's live ``RequestStateStats`` from an in-process engine's output
+    processor, by completion index (with ``n > 1`` the stream merges outputs, keeping one
+    sample's ``metrics``); read when the stream ends. Any other shape gives ``{}``."""
     processor = getattr(engine, "output_processor", None)
     ids = getattr(processor, "external_req_ids", None)
     states = getattr(processor, "request_states", None)
@@ -106,8 +73,7 @@ def request_timings(
         )
         for _, m in sorted(samples.items())
     )  # fmt: skip
-    reached = [t for t in per.values() if A.VLLM_TIME_IN_QUEUE in t]
-    if reached:
+    if any(A.VLLM_TIME_IN_QUEUE in t for t in per.values()):
         out[A.VLLM_TIME_IN_QUEUE] = queue
     if any(A.VLLM_TIME_IN_PREFILL in t for t in per.values()):
         out[A.VLLM_TIME_IN_PREFILL] = prefill

@@ -1,26 +1,9 @@
-"""vLLM's engine start-up spans (``Overall Loading``, ``AsyncMPClient init``, ``API server
-setup``...) kept out of the process's tracer provider when that provider is otel-rollout's.
-
-vLLM (0.11 and later) decorates its start-up functions with ``vllm.tracing.instrument``,
-whose spans take ``trace.get_tracer(module)`` from the global provider when they run and
-nest under whatever span is current. When ``configure()`` set the global provider first
-(the recommended order), vLLM's own provider (``init_tracer``, with its resource
-``vllm.instrumenting_module_name`` / ``vllm.process_id`` and its exporter to
-``--otlp-traces-endpoint``) is refused as the global one, so the front-end process's
-start-up spans went out through otel-rollout's pipeline, under the trainer's service
-name, and inside the current trajectory if the engine was built in one.
-
-Here vLLM's tracer lookups are routed: a start-up span (any vLLM module but
-``vllm.tracing.otel``, which makes the per-request ``llm_request`` spans, and those keep
-riding the global provider under the generate spans) is made by the provider vLLM built
-for this process, and starts a trace of its own when the current span is not one of
-vLLM's. The engine-core and worker processes set up their own providers and are not
-concerned. Without a vLLM provider of this process (the engine does not trace, or it was
-built before :func:`route`) start-up spans use the global provider, still in traces of
-their own. Patched: ``vllm.tracing.otel.trace`` (the module reference those
-functions read) and ``vllm.tracing.otel.TracerProvider`` (to find vLLM's provider);
-both restored by :func:`unroute`.
-"""
+"""vLLM's engine start-up spans (``Overall Loading``, ``AsyncMPClient init``...) kept out
+of otel-rollout's provider (docs/vllm.md, vLLM's start-up spans): ``vllm.tracing.otel``'s
+``trace`` (which its start-up functions take tracers from) and ``TracerProvider`` (to
+find the provider vLLM builds) are replaced, both restored by :func:`unroute`. A start-up
+span is made by vLLM's provider (else the global one) in a trace of its own unless it
+nests in another vLLM span; ``llm_request`` spans keep the global provider."""
 
 from __future__ import annotations
 
@@ -85,7 +68,7 @@ class _RoutedTrace:
 
 
 def _recording_provider(base: type) -> type:
-    class VLLMTracerProvider(base):  # type: ignore[misc, valid-type]
+    class VLLMTracerProvider(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             _state["provider"] = self
@@ -97,7 +80,7 @@ def route() -> bool:
     """Route vLLM's start-up spans as described above; False when this vLLM has no
     ``vllm.tracing.otel`` of the expected shape (nothing patched)."""
     try:
-        otel = importlib.import_module(_REQUEST_MODULE)
+        otel: Any = importlib.import_module(_REQUEST_MODULE)  # vLLM's: attributes unknown
     except Exception:
         return False
     with _lock:

@@ -1,11 +1,6 @@
 """The traced ``generate`` stream: one ``generate`` span per call, its traceparent in the
-call's ``trace_headers``, the outputs read as they stream past.
-
-The generate span is never made the current span while the stream is open: an async
-generator runs in its consumer's context, so attaching it across ``yield`` would leak it
-into the caller's code and detach it from the wrong context when the stream is closed
-from a finalizer. vLLM does not need it current; the ``traceparent`` carries it.
-"""
+call's ``trace_headers``, the outputs read as they stream past; the span is never made
+current while the stream is open (docs/vllm.md, Decisions)."""
 
 from __future__ import annotations
 
@@ -14,34 +9,104 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otel_rollout import Generation, __version__, current_trajectory
 from otel_rollout import TrajectoryHandle as Trajectory
 from otel_rollout import attributes as A
 from otel_rollout.instrumentation import capture_content as _capture_content
-from otel_rollout.instrumentation import internal_error
+from otel_rollout.instrumentation import internal_error, traceparent
 from otel_rollout.instrumentation import semconv as _semconv
-from otel_rollout.integrations.vllm._headers import (
-    merge_headers,
-    parent_from_headers,
-    w3c_headers,
-)
-from otel_rollout.integrations.vllm._outputs import Usage, is_delta, request_attributes
+from otel_rollout.integrations.vllm._outputs import Usage, output_kind, request_attributes
 from otel_rollout.integrations.vllm._provider import (
     check_provider,
     engine_traces,
     hint_engine_not_tracing,
 )
 from otel_rollout.integrations.vllm._samples import live_sample_stats
-from otel_rollout.integrations.vllm._shape import CallShape
 
 logger = logging.getLogger("otel_rollout.integrations.vllm")
+
+#: The headers vLLM reads (``vllm.tracing.utils.TRACE_HEADERS``), always W3C.
+W3C_HEADERS: Final = ("traceparent", "tracestate")
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def trace_headers(context: otel_context.Context | None = None) -> dict[str, str]:
+    """Headers naming the current (or ``context``'s) span, for a vLLM server or engine:
+    always the W3C ones vLLM reads, whatever the global propagator writes as well (for
+    proxies in between); empty when there is no valid span."""
+    carrier: dict[str, str] = {}
+    try:
+        propagate.inject(carrier, context=context)
+    except Exception as err:  # a custom global propagator must never break the request
+        internal_error("vllm trace_headers", err)
+    _W3C.inject(carrier, context=context)
+    return carrier
+
+
+def parent_from_headers(headers: Mapping[str, str] | None) -> otel_context.Context | None:
+    """The context named by a caller's W3C headers, or None when they name none."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): v for k, v in headers.items()}
+    if "traceparent" not in lowered:
+        return None
+    ctx = _W3C.extract(lowered)
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+class CallShape:
+    """The positions and names of a callable's parameters (after ``skip`` leading ones)."""
+
+    __slots__ = ("names", "positions", "var_kw")
+
+    def __init__(self, fn: Callable[..., Any], skip: int = 0) -> None:
+        self.positions: dict[str, int] = {}
+        self.names: set[str] = set()
+        self.var_kw = True
+        try:
+            params = list(inspect.signature(fn).parameters.values())[skip:]
+        except (TypeError, ValueError):
+            return
+        self.var_kw = False
+        index = 0
+        for p in params:
+            if p.kind is p.VAR_KEYWORD:
+                self.var_kw = True
+                continue
+            if p.kind is p.VAR_POSITIONAL:
+                index = -1
+                continue
+            self.names.add(p.name)
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and index >= 0:
+                self.positions[p.name] = index
+                index += 1
+
+    def get(self, name: str, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        """The argument ``name`` of a call, positional or keyword; None when absent."""
+        i = self.positions.get(name)
+        if i is not None and i < len(args):
+            return args[i]
+        return kwargs.get(name)
+
+    def accepts(self, name: str) -> bool:
+        return self.var_kw or name in self.names
+
+    def put(self, name: str, value: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The call's arguments with ``name`` set to ``value`` where it was (or as keyword)."""
+        i = self.positions.get(name)
+        if i is not None and i < len(args):
+            return (*args[:i], value, *args[i + 1 :]), kwargs
+        return args, {**kwargs, name: value}
+
 
 #: Set while a traced call creates the engine's stream, so a second layer (an instance
 #: wrapped with ``wrap_generate`` whose class is also instrumented) passes through.
@@ -72,11 +137,6 @@ async def _watch_samples(engine: Any, usage: Usage) -> None:
             usage.adopt(found)
             return
         await asyncio.sleep(_WATCH_EVERY_S)
-
-
-def _final_only(sampling_params: Any) -> bool:
-    kind = getattr(sampling_params, "output_kind", None)
-    return getattr(kind, "name", None) == "FINAL_ONLY"
 
 
 class Options:
@@ -156,11 +216,11 @@ def _begin(
         span.set_attributes(attrs)
     n = getattr(sampling_params, "n", 1)
     n = n if isinstance(n, int) else 1
-    usage = Usage(is_delta(sampling_params), _capture_content(), n, request_id)
+    usage = Usage(output_kind(sampling_params) == "DELTA", _capture_content(), n, request_id)
     if engine_traces(engine) is False:
         hint_engine_not_tracing()
     elif shape.accepts("trace_headers"):
-        merged = merge_headers(caller_headers, w3c_headers(trace.set_span_in_context(span)))
+        merged = traceparent(caller_headers, trace.set_span_in_context(span))
         args, kwargs = shape.put("trace_headers", merged, args, kwargs)
     return Generation(span), usage, args, kwargs, owned
 
@@ -189,7 +249,7 @@ async def _stream(
         if (
             usage is not None
             and usage.n > 1
-            and _final_only(shape.get("sampling_params", args, kwargs))
+            and output_kind(shape.get("sampling_params", args, kwargs)) == "FINAL_ONLY"
             and hasattr(engine, "output_processor")
         ):
             watch = asyncio.ensure_future(_watch_samples(engine, usage))
