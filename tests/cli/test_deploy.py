@@ -460,18 +460,24 @@ def test_dashboard_has_the_panels_the_rollout_needs() -> None:
 def test_dashboard_promql_returns_data(prometheus: Prometheus, tmp_path: Path) -> None:
     queries = dashboard_promql()
     assert len(queries) >= 10
-    n = 16
+    n = 96
     cli = Path(python()).with_name("otel-rollout")
     argv = [str(cli)] if cli.exists() else [python(), "-m", "otel_rollout.cli"]
-    # Four at a time: the run spans several 1 s scrapes, so rate() and increase() see
-    # the counters grow (a series first scraped at its final value has zero increase).
+    # rate() and increase() need a series scraped at two different values: one first
+    # scraped at its final value has zero increase, and the dashboard's ratios and
+    # quantiles are then 0/0. The demo keeps to real time; 96 trajectories four at a time
+    # take about 7 s, so the 1 s scrapes see the counters grow. A run that no scrape
+    # caught half-way is stated as such, not taken for a dashboard without data.
     demo = ["demo", "-n", str(n), "--concurrency", "4", "--no-progress", "--linger", "120"]
     prometheus.spawn([*argv, *demo, "--output-dir", "out"], cwd=tmp_path)
+    count = "sum(rollout_trajectory_duration_seconds_count)"
+    try:
+        prometheus.wait_for(count, lambda v: 0 < v < n, timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"no scrape saw the demo half-way through its run: {exc}") from exc
     # The demo lingers after its run: wait until its final counts are scraped, then two
     # more scrapes so every rate() window has points after the last change.
-    prometheus.wait_for(
-        "sum(rollout_trajectory_duration_seconds_count)", lambda v: v == n, timeout_s=60
-    )
+    prometheus.wait_for(count, lambda v: v == n, timeout_s=60)
     prometheus.wait_scrapes(2)
     emitted = prometheus.query('{__name__=~"rollout_.*"}')
     names = {r["metric"]["__name__"] for r in emitted}
