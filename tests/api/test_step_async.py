@@ -107,8 +107,17 @@ def test_buffer_depth_samples_go_to_the_gauge_and_the_step(manual_env):
         step.set_buffer(4, capacity=16)
         manual_env.clock.advance(ms=1)
         step.set_buffer(9)
-    (depth,) = manual_env.metric_points("rollout.buffer.depth")
-    (cap,) = manual_env.metric_points("rollout.buffer.capacity")
+    # one collection for both: SDK 1.30 reports a gauge set once only in the
+    # collection after the set
+    data = manual_env.metric_reader.get_metrics_data()
+    metrics = {
+        m.name: m.data.data_points
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    (depth,) = metrics["rollout.buffer.depth"]
+    (cap,) = metrics["rollout.buffer.capacity"]
     assert (depth.value, cap.value) == (9, 16)
     summary = step.health.summary()
     assert summary["async/gen_buffer_qsize"] == 4.0  # at the step's start, as SkyRL's

@@ -26,13 +26,26 @@ from otel_rollout._export.in_flight import (
     from_attributes,
     record_attributes,
 )
-from otel_rollout._export.log_file import TraceFileLogExporter
+from otel_rollout._export.log_file import EVENT_NAME_ATTRIBUTE, TraceFileLogExporter
 from otel_rollout._export.tracefile import RotatingTraceFile
 from otel_rollout._processing.breakdown_processor import in_flight
 from otel_rollout.live import Ingest, LiveState
 from otel_rollout.report import read_trace_file
 from otel_rollout.testing import make_test_env
 from otel_rollout.testing.receiver import OTLPReceiver
+
+
+def event_name(record) -> str | None:
+    """A record's event name: its own field, or the attribute an SDK before 1.35 has."""
+    return getattr(record, "event_name", None) or (record.attributes or {}).get(
+        EVENT_NAME_ATTRIBUTE
+    )
+
+
+def file_event_name(record: dict) -> str | None:
+    """The same for an OTLP JSON log record in the trace file."""
+    attrs = {a["key"]: a["value"] for a in record.get("attributes", ())}
+    return record.get("eventName") or attrs.get(EVENT_NAME_ATTRIBUTE, {}).get("stringValue")
 
 
 class Keep:
@@ -93,7 +106,7 @@ def test_records_only_while_trajectories_run_and_a_last_one_when_they_stopped():
         assert rec.write_record()
     assert rec.write_record()  # count 0: the last ones ended
     assert not rec.write_record()
-    assert [r.event_name for r in kept.records] == [EVENT_NAME, EVENT_NAME]
+    assert [event_name(r) for r in kept.records] == [EVENT_NAME, EVENT_NAME]
     assert [r.attributes["rollout.in_flight.count"] for r in kept.records] == [1, 0]
     assert env.span_exporter.get_finished_spans()[-1].name == "trajectory"  # no span of its own
     rec.shutdown()
@@ -114,7 +127,7 @@ def test_the_trace_file_gets_log_lines_that_report_skips_and_top_reads(tmp_path)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     logs, _last = [doc for doc in lines if "resourceLogs" in doc]
     (record,) = logs["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
-    assert record["eventName"] == EVENT_NAME
+    assert file_event_name(record) == EVENT_NAME
     attrs = {a["key"]: a["value"] for a in record["attributes"]}
     assert attrs["rollout.in_flight.count"] == {"intValue": "1"}
     assert attrs["rollout.in_flight.trajectory_ids"]["arrayValue"]["values"] == [
@@ -136,8 +149,14 @@ def test_configure_writes_the_record_and_counts_it_among_no_spans(tmp_path, monk
     with rollout.tracer.trajectory("t", env="e") as t, t.generate():
         assert rollout._recorder.write_record()
     assert rollout.shutdown()
-    text = rollout.trace_file.read_text()
-    assert f'"eventName":"{EVENT_NAME}"' in text
+    records = [
+        r
+        for doc in map(json.loads, rollout.trace_file.read_text().splitlines())
+        for rl in doc.get("resourceLogs", ())
+        for sl in rl["scopeLogs"]
+        for r in sl["logRecords"]
+    ]
+    assert records and {file_event_name(r) for r in records} == {EVENT_NAME}
     assert rollout.export_stats.exported == 2  # the root and its generate
 
 
