@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import warnings
@@ -297,7 +298,12 @@ _metrics_log = logging.getLogger("otel_rollout.export.metrics")
 def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoint") -> Any:
     """``exporter`` (a ``MetricExporter``) that never raises and logs an outage twice:
     when it starts and when export resumes (with the number of failed exports), instead
-    of the exporter's own error at every interval."""
+    of the exporter's own error at every interval.
+
+    In a forked child it sends nothing. The SDK restarts the periodic export thread there,
+    and the meter provider the child inherited holds the parent's cumulative histograms:
+    sent from the child (under a new ``service.instance.id`` since SDK 1.45), the
+    parent's trajectories would count twice in every backend."""
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
     class _GuardedMetricExporter(MetricExporter):
@@ -307,11 +313,14 @@ def guarded_metric_exporter(exporter: Any, *, target: str = "the metrics endpoin
                 preferred_aggregation=getattr(exporter, "_preferred_aggregation", None),
             )
             self.inner = exporter
+            self.pid = os.getpid()
             self.failing = False
             self.failed = 0  # failed exports since the last success
             _quiet_loggers_of(exporter)
 
         def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> Any:
+            if os.getpid() != self.pid:  # a forked child: the parent's figures (see above)
+                return MetricExportResult.SUCCESS
             _quiet.on = self.failing
             error = None
             try:

@@ -151,3 +151,43 @@ def test_a_child_has_none_of_the_parents_tail_keep_buffer():
     assert in_child(child) == {"buffered": 0}
     scope.__exit__(None, None, None)
     assert keep.buffered_spans == 0
+
+
+def test_a_child_sends_none_of_the_parents_metrics(tmp_path, monkeypatch):
+    """The SDK restarts the periodic metric export in a forked child, whose meter provider
+    holds the parent's cumulative histograms (under a new service.instance.id since SDK
+    1.45): sent from the child, the parent's trajectories would count twice."""
+    import otel_rollout
+
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    with OTLPReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.http_endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        # an interval that never comes in this test: every export below is asked for
+        rollout = otel_rollout.configure(output_dir=tmp_path, metric_export_interval_ms=600_000)
+        try:
+            run(rollout.tracer, "parent")
+
+            def child() -> dict:
+                run(rollout.tracer, "child")  # its own trajectory: its spans only go out
+                return {
+                    "metrics": rollout.meter_provider.force_flush(10_000),
+                    "spans": rollout.force_flush(10),
+                }
+
+            assert in_child(child) == {"metrics": True, "spans": True}
+            assert rollout.meter_provider.force_flush(10_000)
+            parent = rollout.tracer_provider.resource.attributes
+        finally:
+            rollout.shutdown()
+        points = rx.metric_points(A.METRIC_DURATION)
+        spans = rx.spans()
+    assert points, "the parent's export arrived"
+    ids = {p["resource"]["service.instance.id"] for p in points}
+    assert ids == {parent["service.instance.id"]}, ids
+    assert [p["count"] for p in points][-1] == 1  # the parent's one trajectory, once
+    assert {s.attributes.get(A.TRAJECTORY_ID) for s in spans if s.name == "trajectory"} == {
+        "parent",
+        "child",
+    }

@@ -226,7 +226,8 @@ def _wait_prom(run: Run, expr: str, ok: Any, timeout_s: float = 60) -> float:
         res = prom_query(run.prom, expr)
         if len(res) == 1 and ok(float(res[0]["value"][1])):
             return float(res[0]["value"][1]) or 1e-300
-        return None
+        # not yet: the failure names what Prometheus held last
+        raise ValueError(f"{len(res)} series: {[r['value'][1] for r in res][:5]}")
 
     return wait_until(f"{expr} in Prometheus", probe, timeout_s)
 
