@@ -121,7 +121,7 @@ def metric_readers(settings: Settings) -> tuple[list[MetricReader], list[Any]]:
         )
 
         if kind == "console":
-            exporter = ConsoleMetricExporter()
+            exporter = guarded_metric_exporter(ConsoleMetricExporter(), target="the console")
         else:
             exporter = guarded_metric_exporter(
                 otlp_exporter("metrics", settings), target=settings.endpoint_for("metrics")
