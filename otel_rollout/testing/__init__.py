@@ -38,6 +38,20 @@ __all__ = [
 ]
 
 
+def points_in(data: Any, name: str, **attributes: Any) -> list[Any]:
+    """Data points of metric ``name`` in collected ``data`` (a ``MetricsData`` or None)
+    whose attributes include ``attributes``."""
+    return [
+        point
+        for rm in (data.resource_metrics if data is not None else ())
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+        if all((point.attributes or {}).get(k) == v for k, v in attributes.items())
+    ]
+
+
 class RolloutTestEnv:
     """Local providers wired like production, with everything kept in memory.
 
@@ -112,17 +126,10 @@ class RolloutTestEnv:
         return self.collector.peek()
 
     def metric_points(self, name: str, **attributes: Any) -> list[Any]:
-        """Data points of metric ``name`` whose attributes include ``attributes``."""
-        data = self.metric_reader.get_metrics_data()
-        return [
-            point
-            for rm in (data.resource_metrics if data is not None else ())
-            for sm in rm.scope_metrics
-            for metric in sm.metrics
-            if metric.name == name
-            for point in metric.data.data_points
-            if all((point.attributes or {}).get(k) == v for k, v in attributes.items())
-        ]
+        """Data points of metric ``name`` whose attributes include ``attributes``, from a
+        collection of its own (to read several metrics from one collection:
+        ``points_in(env.metric_reader.get_metrics_data(), name)``)."""
+        return points_in(self.metric_reader.get_metrics_data(), name, **attributes)
 
     def histogram_points(self, name: str, **attributes: Any) -> list[HistogramDataPoint]:
         """Histogram data points of ``name`` (keys with dots: pass ``**{"a.b": v}``)."""

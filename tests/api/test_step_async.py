@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from otel_rollout.testing import points_in
+
 MS = 1_000_000
 
 
@@ -110,14 +112,8 @@ def test_buffer_depth_samples_go_to_the_gauge_and_the_step(manual_env):
     # one collection for both: SDK 1.30 reports a gauge set once only in the
     # collection after the set
     data = manual_env.metric_reader.get_metrics_data()
-    metrics = {
-        m.name: m.data.data_points
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-    }
-    (depth,) = metrics["rollout.buffer.depth"]
-    (cap,) = metrics["rollout.buffer.capacity"]
+    (depth,) = points_in(data, "rollout.buffer.depth")
+    (cap,) = points_in(data, "rollout.buffer.capacity")
     assert (depth.value, cap.value) == (9, 16)
     summary = step.health.summary()
     assert summary["async/gen_buffer_qsize"] == 4.0  # at the step's start, as SkyRL's

